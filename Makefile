@@ -1,0 +1,44 @@
+# zbus: the Makefile targets are the project's interface.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install up down test unit lint bench validate clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[spark]' --group dev
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install zbus with its test tools (idempotent)
+
+up: install ## run the whole local cluster on 127.0.0.1 (Ctrl-C or `make down` stops it)
+	$(BIN)/zbus up
+
+down: ## stop a cluster started by `make up`
+	@if test -x $(BIN)/zbus; then $(BIN)/zbus down; else echo "nothing to stop"; fi
+
+test: install lint ## lint, then the whole test suite
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install ## ruff (lint + format check) and mypy --strict on services/
+	$(BIN)/ruff check services tests
+	$(BIN)/ruff format --check services tests
+	$(BIN)/mypy
+
+bench: install ## benchmarks: figures and ratios to a baseline measured in the same run
+	$(PY) -m tests.bench
+
+validate: install ## offline checks of the deploy files
+	$(PY) -m tests.validate
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

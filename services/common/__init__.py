@@ -1,0 +1,1 @@
+"""Shared runtime of every zbus service: settings, service base, admin API, logging."""
