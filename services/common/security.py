@@ -1,0 +1,90 @@
+"""CURVE keys and the ZAP allow-list of client public keys.
+
+A service with ``curve_secret_key`` configured turns CURVE on for every ZeroMQ port it
+binds; with ``curve_allowed_clients`` (a directory of client public key files) only
+those clients pass the ZAP handshake. Key files are ZeroMQ's own certificate format
+(``zmq.auth.create_certificates``), so ``zbus keys generate`` output works with any
+ZeroMQ tool.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+from services.common.settings import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPair:
+    """A CURVE key pair in Z85 text, as ZeroMQ takes it."""
+
+    public: bytes
+    secret: bytes | None
+
+
+def generate_keys(directory: Path, name: str) -> tuple[Path, Path]:
+    """Write ``<name>.key`` (public) and ``<name>.key_secret`` into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(str(directory), name)
+    Path(secret).chmod(0o600)
+    return Path(public), Path(secret)
+
+
+def load_keys(path: Path) -> KeyPair:
+    """Load a key file; a secret file gives both halves, a public one only the public key.
+
+    Raises:
+        ConfigError: the file is missing or not a ZeroMQ certificate.
+    """
+    try:
+        public, secret = zmq.auth.load_certificate(str(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load CURVE key file {path}: {exc}") from None
+    if public is None:
+        raise ConfigError(f"CURVE key file {path} has no public-key")
+    return KeyPair(public=public, secret=secret)
+
+
+def make_server(sock: zmq.Socket[bytes], keys: KeyPair) -> None:
+    """Make ``sock`` a CURVE server with ``keys``; call before bind."""
+    if keys.secret is None:
+        raise ConfigError("a CURVE server needs a secret key file, not a public one")
+    sock.curve_secretkey = keys.secret
+    sock.curve_publickey = keys.public
+    sock.curve_server = True
+
+
+def make_client(sock: zmq.Socket[bytes], keys: KeyPair, server_public: bytes) -> None:
+    """Make ``sock`` a CURVE client of a server whose public key is ``server_public``."""
+    if keys.secret is None:
+        raise ConfigError("a CURVE client needs a secret key file, not a public one")
+    sock.curve_secretkey = keys.secret
+    sock.curve_publickey = keys.public
+    sock.curve_serverkey = server_public
+
+
+class ZapAllowList:
+    """A ZAP handler in its own thread that admits only the listed client public keys."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], allowed_dir: Path) -> None:
+        if not allowed_dir.is_dir():
+            raise ConfigError(f"curve_allowed_clients {allowed_dir} is not a directory")
+        self._auth = ThreadAuthenticator(ctx, log=logging.getLogger("zbus.zap"))
+        self._dir = allowed_dir
+
+    def start(self) -> None:
+        self._auth.start()
+        self._auth.configure_curve(domain="*", location=str(self._dir))
+        count = len(zmq.auth.load_certificates(str(self._dir)))
+        log.info("zap allow-list loaded", extra={"clients": count, "dir": str(self._dir)})
+
+    def stop(self) -> None:
+        self._auth.stop()

@@ -1,0 +1,82 @@
+"""Pure pieces of the runtime: settings precedence, log lines, the manual clock."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from services.common.clock import ManualClock
+from services.common.logs import JsonFormatter
+from services.common.settings import ConfigError, ServiceSettings
+
+
+class DemoSettings(ServiceSettings):
+    port: int = 5556
+
+
+def test_cli_flags_win_over_environment_over_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert DemoSettings.load([]).port == 5556
+    monkeypatch.setenv("ZBUS_PORT", "6000")
+    assert DemoSettings.load([]).port == 6000
+    assert DemoSettings.load(["--port", "7000"]).port == 7000
+    assert DemoSettings.load(["--data-dir", "/srv/zbus"]).data_dir == Path("/srv/zbus")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--port", "abc"], "port: Input should be a valid integer"),
+        (["--admin-port", "-1"], "admin_port: Input should be greater than or equal to 0"),
+        (["--log-level", "LOUD"], "log_level"),
+        (["--shutdown-timeout", "0"], "shutdown_timeout"),
+        (["--no-such-flag", "1"], "unrecognized arguments"),
+    ],
+)
+def test_bad_settings_name_the_field(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DemoSettings.load(argv)
+
+
+def test_bad_environment_value_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZBUS_PORT", "five")
+    with pytest.raises(ConfigError, match="port"):
+        DemoSettings.load()
+
+
+def test_log_lines_are_single_json_objects_with_extra_fields() -> None:
+    record = logging.LogRecord(
+        "zbus.test", logging.WARNING, __file__, 1, "bad %s", ("frame",), None
+    )
+    record.reason = "malformed"
+    line = JsonFormatter("eventbus").format(record)
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["level"] == "warning"
+    assert entry["service"] == "eventbus"
+    assert entry["msg"] == "bad frame"
+    assert entry["reason"] == "malformed"
+    assert entry["ts"].endswith("Z")
+
+
+def test_exceptions_stay_on_one_line() -> None:
+    try:
+        raise ValueError("multi\nline")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    line = JsonFormatter("svc").format(record)
+    assert "\n" not in line
+    assert "ValueError" in json.loads(line)["exc"]
+
+
+def test_manual_clock_moves_only_forward_when_told() -> None:
+    clock = ManualClock(start=100.0)
+    assert (clock.time(), clock.monotonic()) == (100.0, 0.0)
+    clock.advance(2.5)
+    assert (clock.time(), clock.monotonic()) == (102.5, 2.5)
+    with pytest.raises(ValueError, match="does not go back"):
+        clock.advance(-1)
