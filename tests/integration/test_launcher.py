@@ -105,7 +105,7 @@ def test_up_starts_every_service_and_down_stops_them(tmp_path: Path) -> None:
 
 
 def test_a_service_that_fails_to_start_stops_the_rest(tmp_path: Path) -> None:
-    config, ports = _cluster_file(tmp_path, "good")
+    config, _ = _cluster_file(tmp_path, "good")
     with config.open("a") as fh:
         fh.write('[[service]]\nname = "bad"\nmodule = "tests.support.echo_service"\n')
         fh.write(f'admin_port = {_free_port()}\nenv = {{ ZBUS_LOG_LEVEL = "LOUD" }}\n')

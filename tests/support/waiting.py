@@ -20,10 +20,10 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "
 
 
 async def async_wait_for(
-    predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+    predicate: Callable[[], Awaitable[bool]], within: float = 10.0, what: str = "condition"
 ) -> None:
-    deadline = time.monotonic() + timeout * UNIT
+    deadline = time.monotonic() + within * UNIT
     while not await predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout * UNIT:g} s waiting for {what}")
+            raise AssertionError(f"timed out after {within * UNIT:g} s waiting for {what}")
         await asyncio.sleep(0.01)
