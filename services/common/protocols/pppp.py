@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from services.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
-    ProtocolError,
     UnknownCommandError,
     check_uint64,
     expect_count,
@@ -81,8 +80,6 @@ CUSTOM = b"\x04"
 # gives an int.
 _RESERVED_FIRST_BYTES = frozenset(b"\x01\x02\x03\x04")
 _RESERVED_FIRST_CHARS = frozenset("\x01\x02\x03\x04")
-
-_UINT64_MAX = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +320,3 @@ def _channel(command: str, frames: Sequence[bytes], skip: int) -> str:
     if skip:
         return text(PROTOCOL, command, [raw], 0, "channel") if raw else ""
     return text(PROTOCOL, command, frames, 0, "channel")
-
-
-def _check_not_protocol_error_free() -> None:  # pragma: no cover - keeps the import used
-    raise ProtocolError(PROTOCOL, "nothing")
