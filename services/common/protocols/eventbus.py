@@ -464,7 +464,7 @@ def _event_builder(cls: type[_E]) -> Callable[[str, Any, str, str, str, bytes], 
     )
     new = object.__new__
 
-    def build(  # noqa: PLR0917  # the dataclass's own positional signature
+    def build(  # the dataclass's own positional signature
         topic: str, sequence: Any, producer: str, timestamp: str, uuid: str, data: bytes
     ) -> _E:
         event = new(cls)

@@ -1,0 +1,73 @@
+"""The event bus's Prometheus metrics (one registry per service instance)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class BusMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.received = Counter(
+            "zbus_eventbus_events_received", "Events received from publishers", registry=registry
+        )
+        self.stored = Counter(
+            "zbus_eventbus_events_stored", "Events appended to the log", registry=registry
+        )
+        self.duplicates = Counter(
+            "zbus_eventbus_events_duplicate",
+            "Events not stored again because their UUID is in the log",
+            registry=registry,
+        )
+        self.broadcast = Counter(
+            "zbus_eventbus_events_broadcast",
+            "Events sent to subscribers, by socket",
+            ["socket"],
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "zbus_eventbus_rejected",
+            "Messages refused as malformed or unusable, by socket and reason",
+            ["socket", "reason"],
+            registry=registry,
+        )
+        self.sequence = Gauge(
+            "zbus_eventbus_sequence", "The last sequence number assigned", registry=registry
+        )
+        self.log_bytes = Gauge(
+            "zbus_eventbus_log_bytes", "Size of the event log files", registry=registry
+        )
+        self.log_events = Gauge(
+            "zbus_eventbus_log_events", "Events held in the log", registry=registry
+        )
+        self.peers = Gauge(
+            "zbus_eventbus_connected_peers",
+            "Peers connected, by socket",
+            ["socket"],
+            registry=registry,
+        )
+        self.commit_seconds = Histogram(
+            "zbus_eventbus_commit_seconds",
+            "Time to append one group of events to the log",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
+            registry=registry,
+        )
+        self.snapshots = Counter(
+            "zbus_eventbus_snapshots",
+            "Snapshot requests served, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.snapshot_aborted = Counter(
+            "zbus_eventbus_snapshots_aborted",
+            "Spec snapshots abandoned because the client stopped reading",
+            registry=registry,
+        )
+        self.retention_deleted = Counter(
+            "zbus_eventbus_retention_deleted",
+            "Events deleted by retention",
+            registry=registry,
+        )
+        for sock in ("snapshot", "publisher", "collector", "stream"):
+            self.peers.labels(sock).set(0)
+        for sock in ("publisher", "stream"):
+            self.broadcast.labels(sock)

@@ -1,0 +1,243 @@
+"""The event bus service: pipeline and snapshot threads, admin API, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import uuid as uuidlib
+from collections.abc import Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgpack
+import zmq
+import zmq.asyncio
+from fastapi import FastAPI, HTTPException, Query
+from pydantic import BaseModel, Field
+
+from services.common.admin import TokenRequired
+from services.common.clock import Clock
+from services.common.protocols import eventbus_ext as ext
+from services.common.service import Service
+from services.eventbus.config import EventBusSettings
+from services.eventbus.core import RateMeter
+from services.eventbus.metrics import BusMetrics
+from services.eventbus.pipeline import Pipeline
+from services.eventbus.snapshots import SnapshotServer
+from services.eventbus.store import Event, SqliteEventLog, SqliteLogReader, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class PublishRequest(BaseModel):
+    topic: str = Field(min_length=1, description="event topic, e.g. /sensors/t1")
+    data: Any = Field(None, description="any JSON value; stored as msgpack")
+    data_base64: str | None = Field(None, description="raw event data instead of `data`")
+    producer: str = "admin-api"
+    uuid: str | None = Field(None, description="event UUID (idempotency key); new if absent")
+
+
+def event_json(e: Event) -> dict[str, Any]:
+    """An event for the admin API: data decoded from msgpack when it is msgpack."""
+    try:
+        data: Any = msgpack.unpackb(e.data, raw=False)
+        json.dumps(data)
+        encoding = "msgpack"
+    except (ValueError, TypeError, msgpack.UnpackException):
+        data, encoding = base64.b64encode(e.data).decode(), "base64"
+    return {
+        "seq": e.seq,
+        "topic": e.topic,
+        "producer": e.producer,
+        "ts": e.ts,
+        "uuid": e.uuid,
+        "data": data,
+        "data_encoding": encoding,
+    }
+
+
+class EventBusService(Service):
+    name = "eventbus"
+
+    def __init__(self, settings: EventBusSettings, *, clock: Clock | None = None) -> None:
+        super().__init__(settings, clock=clock)
+        self.settings: EventBusSettings = settings
+        self.metrics = BusMetrics(self.registry)
+        self.inproc = f"inproc://zbus-collector-{id(self):x}"
+        self.rate = RateMeter()
+        self.log_path = settings.data_dir / "events.db"
+
+    async def start(self) -> None:
+        try:
+            self.store = await asyncio.to_thread(
+                SqliteEventLog, self.log_path, fsync=self.settings.fsync
+            )
+        except StoreError as exc:
+            from services.common.settings import ConfigError
+
+            raise ConfigError(str(exc)) from None
+        sync_ctx: zmq.Context[Any] = zmq.Context.shadow(self.ctx)
+        self.pipeline = Pipeline(
+            sync_ctx, self.settings, self.store, self.metrics, self.clock, self.inproc
+        )
+        self.pipeline.secure_hook = self.secure
+        self.snapshots = SnapshotServer(
+            sync_ctx, self.settings, self.store.reader, self.metrics, self.secure
+        )
+        for thread in (self.pipeline, self.snapshots):
+            thread.start()
+            await asyncio.to_thread(thread.ready.wait)
+            if thread.failed is not None:
+                from services.common.settings import ConfigError
+
+                raise ConfigError(f"event bus cannot start: {thread.failed}")
+        self.endpoints["snapshot"] = self.snapshots.endpoint
+        self.endpoints.update(self.pipeline.endpoints)
+        self.publisher = self.ctx.socket(zmq.DEALER)
+        self.own(self.publisher)
+        self.publisher.connect(self.inproc)
+        self._publish_lock = asyncio.Lock()
+        log.info(
+            "event log open",
+            extra={"path": str(self.log_path), "sequence": self.store.last_sequence()},
+        )
+
+    def background(self) -> Sequence[Coroutine[Any, Any, None]]:
+        return [self._watch()]
+
+    async def _watch(self) -> None:
+        """Every second: sample the publish rate, refresh log size, watch the threads."""
+        reader = await asyncio.to_thread(SqliteLogReader, self.log_path)
+        try:
+            while True:
+                total = self.registry.get_sample_value("zbus_eventbus_events_stored_total") or 0
+                self.rate.sample(self.clock.monotonic(), total)
+                stats = await asyncio.to_thread(reader.stats)
+                self.metrics.log_bytes.set(stats.size_bytes)
+                self.metrics.log_events.set(stats.events)
+                for thread in (self.pipeline, self.snapshots):
+                    if not thread.is_alive():
+                        raise RuntimeError(f"{thread.name} stopped")
+                await asyncio.sleep(1.0)
+        finally:
+            await asyncio.to_thread(reader.close)
+
+    def checks(self) -> dict[str, bool]:
+        threads = [getattr(self, "pipeline", None), getattr(self, "snapshots", None)]
+        return {
+            "log_open": hasattr(self, "store"),
+            "threads_alive": all(t is not None and t.is_alive() for t in threads),
+        }
+
+    async def drain(self) -> None:
+        # The pipeline commits what is queued on the collector before it stops.
+        for thread in (self.snapshots, self.pipeline):
+            thread.stop()
+        for thread in (self.snapshots, self.pipeline):
+            await asyncio.to_thread(thread.join)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.store.close)
+        log.info("event log closed", extra={"sequence": self.store.last_sequence()})
+
+    # ------------------------------------------------------------------ admin
+    async def publish(self, request: PublishRequest) -> dict[str, Any]:
+        if request.data_base64 is not None:
+            try:
+                data = base64.b64decode(request.data_base64, validate=True)
+            except ValueError:
+                raise HTTPException(422, "data_base64 is not valid base64") from None
+        else:
+            data = msgpack.packb(request.data, use_bin_type=True)
+        event_id = request.uuid or str(uuidlib.uuid4())
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        batch = ext.PubBatch(
+            (ext.EventData(request.topic, request.producer, stamp, event_id, data),), confirm=True
+        )
+        async with self._publish_lock:
+            await self.publisher.send_multipart(ext.encode(batch))
+            try:
+                frames = await asyncio.wait_for(self.publisher.recv_multipart(), 10)
+            except TimeoutError:
+                raise HTTPException(503, "the event bus did not confirm in time") from None
+        reply = ext.decode_collector_reply(frames)
+        if isinstance(reply, ext.Error):
+            raise HTTPException(422, reply.reason)
+        if not reply.sequences:
+            raise HTTPException(500, "no confirmation for the event")
+        return {"seq": reply.sequences[0][1], "uuid": event_id, "topic": request.topic}
+
+    async def _read(self, fn_name: str, *args: Any) -> Any:
+        def call() -> Any:
+            reader = SqliteLogReader(self.log_path)
+            try:
+                return getattr(reader, fn_name)(*args)
+            finally:
+                reader.close()
+
+        return await asyncio.to_thread(call)
+
+    def add_routes(self, app: FastAPI) -> None:
+        @app.post("/api/v1/events", dependencies=[TokenRequired], tags=["events"])
+        async def post_event(request: PublishRequest) -> dict[str, Any]:
+            """Publish one event; answers once it is in the log, with its sequence."""
+            return await self.publish(request)
+
+        @app.get("/api/v1/events", tags=["events"])
+        async def recent_events(
+            prefix: str = "", limit: int = Query(100, ge=1, le=1000)
+        ) -> dict[str, Any]:
+            """The newest events under a topic prefix, newest first."""
+            events = await self._read("recent", prefix, limit)
+            return {"events": [event_json(e) for e in events]}
+
+        @app.get("/api/v1/snapshot", tags=["events"])
+        async def snapshot(
+            prefix: str = "",
+            after: str | None = None,
+            limit: int = Query(1000, ge=1, le=ext.MAX_LIMIT),
+        ) -> dict[str, Any]:
+            """The latest event of every topic under a prefix, by topic, one page at a time."""
+            page = await self._read("snapshot_page", (prefix,), 0, after, limit)
+            return {
+                "sequence": page.sequence,
+                "next": page.next,
+                "events": [event_json(e) for e in page.events],
+            }
+
+        @app.get("/api/v1/topics", tags=["events"])
+        async def topics(
+            prefix: str = "", after: str | None = None, limit: int = Query(100, ge=1, le=10_000)
+        ) -> dict[str, Any]:
+            """Topics with their event counts, bytes and last sequence."""
+            stats = await self._read("topics", prefix, limit, after)
+            return {
+                "topics": [
+                    {"topic": t.topic, "count": t.count, "bytes": t.bytes, "last_seq": t.last_seq}
+                    for t in stats
+                ]
+            }
+
+        @app.get("/api/v1/bus", tags=["events"])
+        async def bus() -> dict[str, Any]:
+            """Sequence, log size, publish rate, connected peers and subscriptions."""
+            stats = await self._read("stats")
+            peers = dict(self.pipeline.peer_counts)
+            peers["snapshot"] = self.snapshots.peers
+            return {
+                "sequence": self.store.last_sequence(),
+                "log": {
+                    "first_seq": stats.first_seq,
+                    "events": stats.events,
+                    "topics": stats.topics,
+                    "size_bytes": stats.size_bytes,
+                },
+                "publish_rate": round(self.rate.rate(), 1),
+                "peers": peers,
+                "subscriptions": sorted(
+                    p.decode("utf-8", "replace") for p in self.pipeline.subscriptions.prefixes
+                ),
+                "compat": self.settings.compat,
+            }
