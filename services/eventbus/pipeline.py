@@ -189,8 +189,8 @@ class Pipeline(threading.Thread):
         identity, body = frames[0], frames[1:]
         try:
             if body and ext.is_extension(body[0]):
-                cmd = ext.decode_collector(body)
-                if len(cmd.events) > self.settings.max_batch_events:
+                confirm, rows = ext.decode_collector_rows(body)
+                if len(rows) > self.settings.max_batch_events:
                     self._refuse(
                         identity,
                         "too_large",
@@ -198,12 +198,10 @@ class Pipeline(threading.Thread):
                         reply=True,
                     )
                     return
-                batch.extend(
-                    NewEvent(e.topic, e.producer, e.timestamp, e.uuid, e.data) for e in cmd.events
-                )
-                if cmd.confirm:
-                    confirms.append((identity, [e.uuid for e in cmd.events]))
-                self.metrics.received.inc(len(cmd.events))
+                batch.extend(NewEvent(*row) for row in rows)
+                if confirm:
+                    confirms.append((identity, [row[3] for row in rows]))
+                self.metrics.received.inc(len(rows))
             else:
                 pub = eb.decode_collector(body, self.dialect)
                 batch.append(NewEvent(pub.topic, pub.producer, pub.timestamp, pub.uuid, pub.data))

@@ -182,10 +182,21 @@ def _unpack(frames: Sequence[bytes], index: int, command: str, what: str) -> Any
 
 
 def _bad(command: str, frame: int, expected: str, got: object = None) -> FrameValueError:
-    return FrameValueError(PROTOCOL, expected, command=command, frame=frame, got=got)
+    try:
+        return FrameValueError(PROTOCOL, expected, command=command, frame=frame, got=got)
+    except RecursionError:
+        # msgpack nests arrays and maps up to ~1000 deep, past what repr() can show.
+        got = "<value nested too deeply to show>"
+        return FrameValueError(PROTOCOL, expected, command=command, frame=frame, got=got)
 
 
 def _event(row: Any, command: str, frame: int, n: int) -> EventData:
+    _validate(row, command, frame, n)
+    return EventData(*row)
+
+
+def _validate(row: Any, command: str, frame: int, n: int) -> None:
+    """Raise FrameValueError unless ``row`` is ``[topic, producer, timestamp, uuid, data]``."""
     if not isinstance(row, list) or len(row) != 5:
         raise _bad(command, frame, f"event {n} as [topic, producer, timestamp, uuid, data]", row)
     topic, producer, timestamp, uuid, data = row
@@ -201,7 +212,33 @@ def _event(row: Any, command: str, frame: int, n: int) -> EventData:
         datetime.fromisoformat(timestamp)
     except (TypeError, ValueError):
         raise _bad(command, frame, f"event {n} timestamp in ISO-8601", timestamp) from None
-    return EventData(topic, producer, timestamp, uuid, data)
+
+
+def _check_rows(value: Any, command: str, frame: int) -> list[list[Any]]:
+    """Validate an array of event rows in place of building EventData objects."""
+    if not isinstance(value, list):
+        raise _bad(command, frame, "an array of events", value)
+    for n, row in enumerate(value):
+        _validate(row, command, frame, n)
+    return value
+
+
+def decode_collector_rows(frames: Sequence[bytes]) -> tuple[bool, list[list[Any]]]:
+    """ZB-PUB as ``(confirm, rows)``, each row ``[topic, producer, timestamp, uuid, data]``.
+
+    The same checks as :func:`decode_collector`, for the bus's hot path, which stores
+    rows and has no use for an object per event.
+    """
+    if not frames or frames[0] != PUB_BATCH:
+        raise UnknownCommandError(
+            PROTOCOL, "ZB-PUB", frame=0, got=frames[0] if frames else "no frames"
+        )
+    if len(frames) != 3:
+        raise FrameCountError(PROTOCOL, "3 frames", command="ZB-PUB", got=f"{len(frames)} frames")
+    if frames[1] not in (b"\x00", b"\x01"):
+        raise _bad("ZB-PUB", 1, "flags as one byte 0x00 or 0x01", frames[1])
+    rows = _check_rows(_unpack(frames, 2, "ZB-PUB", "events"), "ZB-PUB", 2)
+    return frames[1] == b"\x01", rows
 
 
 def _events(value: Any, command: str, frame: int) -> tuple[EventData, ...]:
@@ -346,7 +383,7 @@ def decode_stream_fast(frames: Sequence[bytes]) -> tuple[int, list[list[Any]]] |
             first, rows = msgpack.unpackb(frames[1], raw=False, use_list=True)
         except (ValueError, TypeError, msgpack.UnpackException):
             raise _bad("B", 1, "[first_seq, events] as msgpack", frames[1]) from None
-        if isinstance(first, int) and isinstance(rows, list):
+        if type(first) is int and 0 <= first < 1 << 64 and isinstance(rows, list):
             return first, rows
         raise _bad("B", 1, "[first_seq, events]", frames[1])
     cmd = decode_stream(frames)
@@ -369,6 +406,7 @@ __all__ = [
     "StreamHeartbeat",
     "decode_collector",
     "decode_collector_reply",
+    "decode_collector_rows",
     "decode_snapshot_reply",
     "decode_snapshot_request",
     "decode_stream",
