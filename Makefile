@@ -35,6 +35,9 @@ lint: install ## ruff (lint + format check) and mypy --strict on services/
 	$(BIN)/mypy
 
 bench: install ## benchmarks: figures and ratios to a baseline measured in the same run
+	$(PY) -m pip install --quiet --group bench
+	@command -v redis-server >/dev/null && command -v nats-server >/dev/null || \
+	    (apt-get update -qq && apt-get install -y -qq redis-server nats-server >/dev/null)
 	$(PY) -m tests.bench
 
 validate: install ## offline checks of the deploy files
