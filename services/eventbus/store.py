@@ -2,23 +2,23 @@
 
 Layout (schema version 1; the file is marked with ``PRAGMA application_id``):
 
-- ``events``: the log, keyed by sequence. ``seq`` is the rowid, so an append always
-  lands on the right edge of the b-tree and the last sequence is one b-tree descent.
-- ``topics``: topic -> latest sequence, event count, total bytes. Snapshots, the topic
-  list and the "never delete the latest of a topic" rule of retention read it; it is
-  updated once per topic per batch, in the append's transaction.
-- ``batches``: the receive time of each appended batch, keyed by its first sequence
-  (age retention needs a time per batch, not per event).
-- ``uuids``: the duplicate index, uuid (16 bytes) -> sequence, for events up to the
-  ``indexed`` mark in ``meta``. Events above the mark have their uuid in memory instead.
+- ``events``: the log. ``seq`` is the rowid, so an append lands on the right edge of the
+  b-tree and the last sequence is one descent. The uuid is kept as 16 bytes.
+- ``topics``: topic -> latest sequence, event count, total bytes, upserted once per topic
+  per batch in the append's transaction. Snapshots are range reads of its primary key,
+  and retention never deletes an event that it names as a topic's latest.
+- ``batches``: the receive time of each append, keyed by its first sequence: age
+  retention needs a time per batch, not a column per event.
+- ``uuids``: the duplicate index, (64-bit key of the uuid, sequence), complete up to the
+  ``indexed`` mark in ``meta``; the uuids of events above the mark are held in memory.
 
-Why the uuid index is not maintained per append: event uuids are random, so inserting
-1,000 of them into a b-tree of millions of keys dirties ~1,000 different pages per
-commit (4 MB of WAL for 200 kB of events), which caps the log at a few tens of thousands
-of events/s. Instead the newest uuids (up to ``uuid_merge_every``) are kept in a dict,
-rebuilt on open from the events above the mark (a bounded range, not a scan of the log),
-and merged into ``uuids`` in uuid order, a slice per append, so each index page is
-written once per merge rather than once per event.
+Why the uuid index is not written on every append: uuids are random, so 1,000 of them
+land on ~1,000 different pages of an index of millions, and every commit then writes
+~4 MB of WAL for ~200 kB of events (measured: about 30,000 events/s at 300,000 events).
+Instead the newest uuids (``uuid_merge_every``, 200,000 by default: ~50 MB at most) stay in
+a dict, which an open rebuilds from the events above the mark (a bounded range, never
+the whole log), and are merged into the index in key order, one eighth per append, so
+each index page is written once per merge instead of once per event.
 
 Durability: ``synchronous=NORMAL`` in WAL mode keeps every committed transaction across a
 kill of the process (the WAL is in the OS page cache); ``fsync=True`` selects ``FULL`` to
@@ -55,6 +55,8 @@ CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 INSERT INTO meta VALUES ('indexed', 0), ('events', 0);
 """
 _COLUMNS = "e.seq, e.topic, e.producer, e.ts, e.uuid, e.data"
+# The latest event of each topic: a range of the topic index, then one lookup per topic.
+_LATEST = f"SELECT {_COLUMNS} FROM topics AS t CROSS JOIN events AS e ON e.seq = t.last_seq"
 _INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)"
 _UPSERT_TOPIC = (
     "INSERT INTO topics VALUES (?, ?, ?, ?) ON CONFLICT(topic) DO UPDATE SET"
@@ -185,32 +187,31 @@ def _key(raw: bytes) -> int:
     return cast(int, high ^ low)
 
 
-def _uuid_text(raw: bytes) -> str:
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 # A frozen dataclass's __init__ goes through object.__setattr__ once per field; setting
-# the slots directly builds the same object in half the time (the append path makes one
-# Event per stored event).
-_SLOTS = tuple(getattr(Event, f).__set__ for f in Event.__slots__)
+# the slots directly builds the same object in half the time, which matters for appends
+# and snapshot streams (one Event per event).
+_SET_SEQ, _SET_TOPIC, _SET_PRODUCER, _SET_TS, _SET_UUID, _SET_DATA = (
+    getattr(Event, f).__set__ for f in ("seq", "topic", "producer", "ts", "uuid", "data")
+)
 
 
-def _stored(seq: int, e: NewEvent) -> Event:
+def _make(seq: int, topic: str, producer: str, ts: str, uuid: str, data: bytes) -> Event:
     ev = object.__new__(Event)
-    set_seq, set_topic, set_producer, set_ts, set_uuid, set_data = _SLOTS
-    set_seq(ev, seq)
-    set_topic(ev, e.topic)
-    set_producer(ev, e.producer)
-    set_ts(ev, e.ts)
-    set_uuid(ev, e.uuid)
-    set_data(ev, e.data)
+    _SET_SEQ(ev, seq)
+    _SET_TOPIC(ev, topic)
+    _SET_PRODUCER(ev, producer)
+    _SET_TS(ev, ts)
+    _SET_UUID(ev, uuid)
+    _SET_DATA(ev, data)
     return ev
 
 
 def _event(row: tuple[int, str, str, str, bytes, bytes]) -> Event:
     seq, topic, producer, ts, raw, data = row
-    return Event(seq, topic, producer, ts, _uuid_text(raw), data)
+    h = raw.hex()
+    return _make(
+        seq, topic, producer, ts, f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", data
+    )
 
 
 def _successor(prefix: str) -> str | None:
@@ -240,17 +241,29 @@ def _ranges(subtrees: Sequence[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-def _range_sql(column: str, ranges: list[tuple[str, str | None]]) -> tuple[str, list[object]]:
+def _range_sql(
+    column: str, ranges: list[tuple[str, str | None]], after: str | None = None
+) -> tuple[str, list[object]]:
+    """An SQL condition for ``column`` in any of the ranges and above the cursor ``after``.
+
+    The cursor replaces a range's lower bound rather than being one more condition, so
+    that a deep page starts with one seek instead of walking the range from its start.
+    """
     terms: list[str] = []
     params: list[object] = []
     for lo, hi in ranges:
-        if hi is None:
-            terms.append(f"{column} >= ?")
-            params.append(lo)
+        if after is not None and after >= lo:
+            if hi is not None and after >= hi:
+                continue  # the whole range is before the cursor
+            term, bound = f"{column} > ?", after
         else:
-            terms.append(f"({column} >= ? AND {column} < ?)")
-            params += [lo, hi]
-    return "(" + " OR ".join(terms) + ")", params
+            term, bound = f"{column} >= ?", lo
+        params.append(bound)
+        if hi is not None:
+            term = f"({term} AND {column} < ?)"
+            params.append(hi)
+        terms.append(term)
+    return ("(" + " OR ".join(terms) + ")" if terms else "0"), params
 
 
 def _connect(path: Path, cache_kib: int, *, create: bool) -> sqlite3.Connection:
@@ -265,6 +278,21 @@ def _connect(path: Path, cache_kib: int, *, create: bool) -> sqlite3.Connection:
     return conn
 
 
+def checkpoint(path: Path) -> tuple[int, int]:
+    """Copy the WAL into the database without blocking the writer (PASSIVE checkpoint).
+
+    Returns (WAL pages, pages checkpointed). Runs on a connection of its own.
+    """
+    conn = _connect(path, 1024, create=False)
+    try:
+        _, pages, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(pages), int(done)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: checkpoint failed: {exc}") from exc
+    finally:
+        conn.close()
+
+
 def _max_seq(conn: sqlite3.Connection) -> int:
     return cast(int, conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
@@ -272,7 +300,20 @@ def _max_seq(conn: sqlite3.Connection) -> int:
 class SqliteEventLog:
     """The event log in one SQLite file. Owned by one writer thread at a time."""
 
-    def __init__(self, path: Path, *, fsync: bool = False, uuid_merge_every: int = 200_000) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fsync: bool = False,
+        uuid_merge_every: int = 200_000,
+        checkpoint_pages: int = 4000,
+    ) -> None:
+        """Open or create the log.
+
+        ``checkpoint_pages=0`` turns SQLite's automatic checkpoints off: the writer then
+        never waits for a checkpoint's fsync, and the owner runs :func:`checkpoint` from
+        another thread instead (the event bus does, once a second).
+        """
         self.path = Path(path)
         self._merge_every = max(1, uuid_merge_every)
         conn = self._conn = _connect(self.path, 65_536, create=True)
@@ -281,7 +322,7 @@ class SqliteEventLog:
             conn.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
             conn.execute("PRAGMA temp_store = MEMORY")
             # Fewer, larger checkpoints: each one syncs the database file.
-            conn.execute(f"PRAGMA wal_autocheckpoint = {__import__('os').environ.get('CK', 4000)}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {int(checkpoint_pages)}")
             self._last = _max_seq(conn)
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             self._indexed: int = meta["indexed"]
@@ -290,8 +331,10 @@ class SqliteEventLog:
             self._pending: dict[bytes, int] = dict(
                 conn.execute("SELECT uuid, seq FROM events WHERE seq > ?", (self._indexed,))
             )
-        except BaseException:
+        except BaseException as exc:
             conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{self.path}: cannot read the event log: {exc}") from exc
             raise
         self._merging: dict[bytes, int] = {}
         self._merge_rows: list[tuple[int, int]] = []  # (key, seq) sorted
@@ -305,7 +348,6 @@ class SqliteEventLog:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             objects = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
             if app_id == 0 and version == 0 and objects == 0:
-                conn.execute(f"PRAGMA page_size = {__import__('os').environ.get('PG', 4096)}")
                 if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
                     raise StoreError(f"{self.path}: cannot switch the database to WAL mode")
                 conn.executescript(
@@ -328,6 +370,20 @@ class SqliteEventLog:
     def last_sequence(self) -> int:
         return self._last
 
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
+            raise
+
     def append(self, batch: Sequence[NewEvent], received_at: float) -> AppendResult:
         """Store the batch in one transaction: drop duplicates, sequence, index, commit."""
         raws = [_uuid_bytes(e.uuid) for e in batch]
@@ -336,9 +392,7 @@ class SqliteEventLog:
         duplicates: list[tuple[str, int]] = []
         merge_pos = self._merge_pos
         first = self._last + 1
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction("append") as conn:
             known = self._known(raws)
             fresh: list[tuple[NewEvent, bytes]]
             if not known and len(set(raws)) == len(raws):
@@ -353,30 +407,27 @@ class SqliteEventLog:
                         fresh.append((e, raw))
                     else:
                         duplicates.append((e.uuid, old))
-            rows = [
-                (seq, e.topic, e.producer, e.ts, raw, e.data)
-                for seq, (e, raw) in enumerate(fresh, first)
-            ]
+            rows = []
+            stored = []
+            per_topic: dict[str, list[int]] = {}
+            for seq, (e, raw) in enumerate(fresh, first):
+                topic, data = e.topic, e.data
+                rows.append((seq, topic, e.producer, e.ts, raw, data))
+                stored.append(_make(seq, topic, e.producer, e.ts, e.uuid, data))
+                agg = per_topic.get(topic)
+                if agg is None:
+                    per_topic[topic] = [seq, 1, len(data)]
+                else:
+                    agg[0] = seq
+                    agg[1] += 1
+                    agg[2] += len(data)
             if rows:
-                per_topic: dict[str, list[int]] = {}
-                for seq, topic, _, _, _, data in rows:
-                    agg = per_topic.get(topic)
-                    if agg is None:
-                        per_topic[topic] = [seq, 1, len(data)]
-                    else:
-                        agg[0] = seq
-                        agg[1] += 1
-                        agg[2] += len(data)
                 conn.executemany(_INSERT_EVENT, rows)
                 conn.executemany(_UPSERT_TOPIC, [(t, *a) for t, a in per_topic.items()])
                 conn.execute("INSERT INTO batches VALUES (?, ?)", (first, received_at))
                 conn.execute("UPDATE meta SET value = value + ? WHERE key = 'events'", (len(rows),))
                 if self._merge_rows:
                     merge_pos = self._merge_slice()
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         self._last = first + len(rows) - 1
         self._events += len(rows)
         self._pending.update((row[4], row[0]) for row in rows)
@@ -385,7 +436,6 @@ class SqliteEventLog:
             self._indexed = self._merge_hi
             self._merging = {}
             self._merge_rows = []
-        stored = [_stored(seq, e) for seq, (e, _) in enumerate(fresh, first)]
         return AppendResult(stored, duplicates)
 
     def _known(self, raws: list[bytes]) -> dict[bytes, int]:
@@ -455,26 +505,30 @@ class SqliteEventLog:
         back, events wait for the batches after them.
         """
         conn = self._conn
-        if max_age is None:
-            age_cut = 0
-        else:
-            row = conn.execute(
-                "SELECT min(first_seq) FROM batches WHERE received >= ?", (now - max_age,)
-            ).fetchone()
-            age_cut = self._last + 1 if row[0] is None else row[0]
-        budget = max_delete if max_delete is not None else self._events
+        age_cut = 0  # events below this sequence are older than max_age
+        if max_age is not None:
+            age_cut = self._last + 1
+            # Oldest first, stopping at the first young batch: the walk is as long as the
+            # batches that became old since the last call (they are trimmed below).
+            for first_seq, received in conn.execute(
+                "SELECT first_seq, received FROM batches ORDER BY first_seq"
+            ):
+                if received >= now - max_age:
+                    age_cut = first_seq
+                    break
+        budget = self._events if max_delete is None else max_delete
         deleted = 0
         pos = 0
         while deleted < budget:
             excess = 0 if max_events is None else self._events - max_events
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            below = age_cut if excess <= 0 else self._last + 1
+            with self._transaction("retention"):
                 candidates = conn.execute(
                     "SELECT e.seq, e.topic, e.uuid, length(e.data) FROM events AS e"
-                    " WHERE e.seq > ? AND NOT EXISTS (SELECT 1 FROM topics AS t"
+                    " WHERE e.seq > ? AND e.seq < ? AND NOT EXISTS (SELECT 1 FROM topics AS t"
                     " WHERE t.topic = e.topic AND t.last_seq = e.seq)"
                     " ORDER BY e.seq LIMIT ?",
-                    (pos, min(_RETENTION_CHUNK, budget - deleted)),
+                    (pos, below, min(_RETENTION_CHUNK, budget - deleted)),
                 ).fetchall()
                 doomed: list[tuple[int, str, bytes, int]] = []
                 for row in candidates:
@@ -482,10 +536,6 @@ class SqliteEventLog:
                         break
                     doomed.append(row)
                 self._delete(doomed)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             self._events -= len(doomed)
             for _, _, raw, _ in doomed:
                 self._pending.pop(raw, None)
@@ -495,11 +545,12 @@ class SqliteEventLog:
                 break
             pos = doomed[-1][0]
         # Receive times of batches wholly deleted, or older than the age limit, are moot.
-        conn.execute(
-            "DELETE FROM batches WHERE first_seq < ? OR first_seq < (SELECT max(first_seq)"
-            " FROM batches WHERE first_seq <= (SELECT min(seq) FROM events))",
-            (age_cut,),
-        )
+        with self._transaction("retention"):
+            conn.execute(
+                "DELETE FROM batches WHERE first_seq < ? OR first_seq < (SELECT max(first_seq)"
+                " FROM batches WHERE first_seq <= (SELECT min(seq) FROM events))",
+                (age_cut,),
+            )
         return deleted
 
     def _delete(self, doomed: list[tuple[int, str, bytes, int]]) -> None:
@@ -541,25 +592,15 @@ class SqliteLogReader:
         self._conn.execute("BEGIN")
 
     def _latest(
-        self, lo: str, hi: str | None, after: str | None, since: int, limit: int | None
-    ) -> sqlite3.Cursor:
-        # Served from the topic index: a range of its primary key, then one lookup per topic.
-        sql = (
-            f"SELECT {_COLUMNS} FROM topics AS t CROSS JOIN events AS e ON e.seq = t.last_seq"
-            " WHERE t.topic >= ? AND t.last_seq > ?"
-        )
-        params: list[object] = [lo, since]
-        if hi is not None:
-            sql += " AND t.topic < ?"
-            params.append(hi)
-        if after is not None:
-            sql += " AND t.topic > ?"
-            params.append(after)
-        sql += " ORDER BY t.topic"
+        self, lo: str, hi: str | None, after: str | None, since: int, limit: int | None = None
+    ) -> Iterator[Event]:
+        # One query per range: each is an ordered walk of the topic index, and the ranges
+        # are disjoint and sorted, so the results come out in topic order.
+        where, params = _range_sql("t.topic", [(lo, hi)], after)
+        sql = f"{_LATEST} WHERE {where} AND t.last_seq > ? ORDER BY t.topic"
         if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        return self._conn.execute(sql, params)
+            sql += f" LIMIT {int(limit)}"
+        return map(_event, self._conn.execute(sql, [*params, since]))
 
     def snapshot_page(
         self, subtrees: tuple[str, ...], since: int, after: str | None, limit: int
@@ -572,11 +613,8 @@ class SqliteLogReader:
         try:
             sequence = _max_seq(self._conn)
             for lo, hi in _ranges(subtrees):
-                if after is not None and hi is not None and hi <= after:
-                    continue
                 # One extra row tells whether another page follows.
-                cur = self._latest(lo, hi, after, since, limit + 1 - len(events))
-                events += map(_event, cur)
+                events += self._latest(lo, hi, after, since, limit + 1 - len(events))
                 if len(events) > limit:
                     break
         finally:
@@ -600,8 +638,7 @@ class SqliteLogReader:
         try:
             yield _max_seq(self._conn)
             for lo, hi in ranges:
-                for row in self._latest(lo, hi, None, since, None):
-                    yield _event(row)
+                yield from self._latest(lo, hi, None, since)
         finally:
             self._conn.execute("COMMIT")
 
@@ -627,10 +664,7 @@ class SqliteLogReader:
 
     def topics(self, prefix: str, limit: int, after: str | None = None) -> list[TopicStat]:
         """Topics starting with ``prefix`` in order, from after the topic ``after``."""
-        where, params = _range_sql("topic", _ranges((prefix,)))
-        if after is not None:
-            where += " AND topic > ?"
-            params.append(after)
+        where, params = _range_sql("topic", _ranges((prefix,)), after)
         cur = self._conn.execute(
             f"SELECT topic, count, bytes, last_seq FROM topics WHERE {where}"
             " ORDER BY topic LIMIT ?",

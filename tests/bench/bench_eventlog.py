@@ -41,16 +41,25 @@ def _uuids(n: int) -> list[str]:
     return out
 
 
-def _batches(n: int, topics: Callable[[int], str]) -> list[list[NewEvent]]:
+def _batches(n: int, topics: Callable[[int], str], first: int = 0) -> list[list[NewEvent]]:
+    """n events in batches; event i (counting from ``first``) goes to ``topics(i)``."""
     data = os.urandom(100)
-    events = [NewEvent(topics(i), "bench-producer", TS, u, data) for i, u in enumerate(_uuids(n))]
+    events = [
+        NewEvent(topics(i), "bench-producer", TS, u, data) for i, u in enumerate(_uuids(n), first)
+    ]
     return [events[i : i + BATCH] for i in range(0, n, BATCH)]
 
 
-def _fill(log: SqliteEventLog, n: int, topics: Callable[[int], str]) -> None:
+def _fill(log: SqliteEventLog, n: int, topics: Callable[[int], str]) -> float:
+    """Append n events; returns the rate of the appends alone."""
+    spent = 0.0
     for start in range(0, n, ROUND):
-        for batch in _batches(min(ROUND, n - start), lambda i, s=start: topics(s + i)):
+        batches = _batches(min(ROUND, n - start), topics, start)
+        t0 = time.perf_counter()
+        for batch in batches:
             log.append(batch, time.time())
+        spent += time.perf_counter() - t0
+    return n / spent
 
 
 def _append_rates(log: SqliteEventLog, bare: sqlite3.Connection) -> tuple[float, float, float]:
@@ -130,7 +139,9 @@ def main() -> bool:
         # Reopen: top the same log up to the requested size (1,000 topics).
         if log.last_sequence() < n_reopen:
             names = [f"/bench/sensor{i:04d}/value" for i in range(1_000)]
-            _fill(log, n_reopen - log.last_sequence(), lambda _: random.choice(names))
+            grown = log.last_sequence()
+            fill = _fill(log, n_reopen - grown, lambda _: random.choice(names))
+            print(f"(appends growing the log from {grown:,} to {n_reopen:,} events: {fill:,.0f}/s)")
         events = log.last_sequence()
         log.close()
         best_open = float("inf")
@@ -144,7 +155,10 @@ def main() -> bool:
 
         # Snapshot: one event per topic, so every event is some topic's latest.
         log = SqliteEventLog(root / "topics.db")
-        _fill(log, SNAPSHOT_TOPICS, lambda i: f"/devices/{i // 1000:04d}/sensor{i % 1000:03d}")
+        fill = _fill(
+            log, SNAPSHOT_TOPICS, lambda i: f"/devices/{i // 1000:04d}/sensor{i % 1000:03d}"
+        )
+        print(f"(appends of {SNAPSHOT_TOPICS:,} events to as many new topics: {fill:,.0f}/s)")
         reader = log.reader()
         best_stream = float("inf")
         for _ in range(2):
