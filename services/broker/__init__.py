@@ -1,0 +1,1 @@
+"""The job broker: eMQP clients and workers, durable jobs, retries, schedules, results."""
