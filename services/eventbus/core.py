@@ -5,24 +5,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from services.common.protocols.errors import (
-    FrameCountError,
-    FrameValueError,
-    ProtocolError,
-    UnknownCommandError,
-)
-
-
-def reject_reason(exc: ProtocolError) -> str:
-    """A bounded label value for ``zbus_eventbus_rejected_total{reason}``."""
-    if isinstance(exc, FrameCountError):
-        return "frame_count"
-    if isinstance(exc, UnknownCommandError):
-        return "unknown_command"
-    if isinstance(exc, FrameValueError):
-        return "bad_value"
-    return "malformed"
-
 
 def matches(topic: str, subtrees: tuple[str, ...]) -> bool:
     """Plain prefix match; no subtree (or an empty one) matches every topic."""
@@ -64,26 +46,6 @@ class Subscriptions:
 
     def wants(self, topic: str) -> bool:
         return self.everything or topic.startswith(self._tuple)
-
-
-class LogLimiter:
-    """At most ``per_second`` log lines a second for one kind of event; counts the rest."""
-
-    def __init__(self, per_second: int = 10) -> None:
-        self.per_second = per_second
-        self._window = -1.0
-        self._used = 0
-        self.suppressed = 0
-
-    def allow(self, now: float) -> bool:
-        second = float(int(now))
-        if second != self._window:
-            self._window, self._used = second, 0
-        if self._used < self.per_second:
-            self._used += 1
-            return True
-        self.suppressed += 1
-        return False
 
 
 class RateMeter:

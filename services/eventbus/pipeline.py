@@ -21,8 +21,9 @@ from services.common.clock import Clock
 from services.common.protocols import eventbus as eb
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import ProtocolError
+from services.common.rejects import LogLimiter, reject_reason
 from services.eventbus.config import EventBusSettings
-from services.eventbus.core import HeartbeatSchedule, LogLimiter, Subscriptions, reject_reason
+from services.eventbus.core import HeartbeatSchedule, Subscriptions
 from services.eventbus.metrics import BusMetrics
 from services.eventbus.peers import PeerCounter
 from services.eventbus.store import AppendResult, EventLog, NewEvent, StoreError

@@ -18,8 +18,8 @@ import zmq
 from services.common.protocols import eventbus as eb
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import FrameValueError, ProtocolError
+from services.common.rejects import LogLimiter, reject_reason
 from services.eventbus.config import EventBusSettings
-from services.eventbus.core import LogLimiter, reject_reason
 from services.eventbus.metrics import BusMetrics
 from services.eventbus.peers import PeerCounter
 from services.eventbus.store import LogReader, StoreError
