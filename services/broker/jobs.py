@@ -259,8 +259,22 @@ class JobTable:
         Its worker's reply, if it ever comes, is for a job no longer running here and
         is dropped.
         """
-        self.jobs[job.id] = job
-        self._fail(job, JobEvent.LOST, "BrokerRestarted", "broker restarted", now)
+        # The broker failed, not the job: the attempt does not use up one of the job's
+        # retries, so an accepted job with no retries left still runs (nothing
+        # acknowledged is lost on a kill -9).
+        again = replace(
+            job,
+            state=JobState.QUEUED,
+            max_retries=job.max_retries + 1,
+            worker=None,
+            started=None,
+            not_before=now,
+            updated=now,
+            error=f"broker restarted during attempt {job.attempts}",
+        )
+        self.jobs[job.id] = again
+        self.store(again)
+        self.enqueue(again, now)
 
     def drop_worker(self, identity: bytes, reason: str, now: float) -> None:
         """A worker is gone: its slots with it, its running jobs failed (retried or dead)."""

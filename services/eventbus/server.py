@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import logging
 import uuid as uuidlib
@@ -115,15 +116,19 @@ class EventBusService(Service):
 
     async def _watch(self) -> None:
         """Every second: sample the publish rate, refresh log size, watch the threads."""
-        reader = await asyncio.to_thread(SqliteLogReader, self.log_path)
+        # One thread owns the reader connection: a cancelled await does not stop the call
+        # it waits for, so closing from another thread could race a running query.
+        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eventbus-watch")
+        loop = asyncio.get_running_loop()
+        reader = await loop.run_in_executor(executor, SqliteLogReader, self.log_path)
         try:
             while True:
                 total = self.registry.get_sample_value("zbus_eventbus_events_stored_total") or 0
                 self.rate.sample(self.clock.monotonic(), total)
                 # Checkpoints run here, off the pipeline thread, so a commit never waits
                 # for the checkpoint's fsync (that wait was the bus's p99 latency).
-                await asyncio.to_thread(checkpoint, self.log_path)
-                stats = await asyncio.to_thread(reader.stats)
+                await loop.run_in_executor(executor, checkpoint, self.log_path)
+                stats = await loop.run_in_executor(executor, reader.stats)
                 self.metrics.log_bytes.set(stats.size_bytes)
                 self.metrics.log_events.set(stats.events)
                 for thread in (self.pipeline, self.snapshots):
@@ -131,7 +136,8 @@ class EventBusService(Service):
                         raise RuntimeError(f"{thread.name} stopped")
                 await asyncio.sleep(1.0)
         finally:
-            await asyncio.to_thread(reader.close)
+            executor.submit(reader.close)
+            executor.shutdown(wait=False)  # runs after any query still in that thread
 
     def checks(self) -> dict[str, bool]:
         threads = [getattr(self, "pipeline", None), getattr(self, "snapshots", None)]

@@ -861,7 +861,7 @@ def stored_job(job_id: str, state: JobState, **fields: object) -> Job:
     return replace(job, **fields)  # type: ignore[arg-type]
 
 
-def test_restart_requeues_running_jobs_as_a_failed_attempt() -> None:
+def test_restart_requeues_running_jobs_without_using_a_retry() -> None:
     later = T0 + 100
     jobs = [
         stored_job("run-retry", JobState.RUNNING, attempts=1, max_retries=2, worker=b"W"),
@@ -874,31 +874,25 @@ def test_restart_requeues_running_jobs_as_a_failed_attempt() -> None:
     changes = b.changes()
     by_id = {j.id: j for j in changes.jobs}
     assert sorted(by_id) == ["run-last", "run-retry"]  # only what changed
-    retry = by_id["run-retry"]
-    assert (retry.state, retry.attempts, retry.error, retry.not_before, retry.worker) == (
-        JobState.QUEUED,
-        1,
-        "broker restarted",
-        later + 1,
-        None,
-    )
-    last = by_id["run-last"]
-    assert (last.state, last.error) == (JobState.DEAD, "broker restarted")
-    assert last.result is not None
-    assert body_of(last.result)["error"] == {
-        "type": "BrokerRestarted",
-        "message": "broker restarted",
-    }
-    assert results(b.out()) == [(b"C", "run-last", last.result)]
-    # The old worker's reply for it is dropped; queued jobs run on the new workers.
+    for job_id, retries in (("run-retry", 3), ("run-last", 1)):
+        job = by_id[job_id]
+        assert (job.state, job.attempts, job.max_retries, job.not_before, job.worker) == (
+            JobState.QUEUED,
+            1,
+            retries,
+            later,
+            None,
+        )
+        assert job.error == "broker restarted during attempt 1"
+    assert b.out() == []  # nothing to tell the client: its job simply runs again
+    # The old worker's reply is dropped; jobs run again in the order they were created.
     assert b.dispatched(b.worker(b"W", now=later)) == [(b"W", "queued")]
-    assert b.reply(b"W", "run-retry", now=later) is not None
+    assert b.reply(b"W", "run-last", now=later) is not None
     assert b.core.counters["replies_not_running"] == 1
     # A duplicate of the finished job still gets its result.
     b.request(b"C", "done", now=later)
     assert results(b.out()) == [(b"C", "done", VALUE)]
-    assert b.core.next_deadline() == later + 1
-    assert b.core.queue_views()[0].waiting == 2
+    assert b.core.queue_views()[0].waiting == 1
 
 
 def test_restart_keeps_schedules() -> None:

@@ -1,0 +1,73 @@
+"""Helpers for broker tests: a real broker in process, and raw eMQP peers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid as uuidlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from services.broker.config import BrokerSettings
+from services.broker.server import BrokerService
+from services.common.protocols import emqp
+from tests.support.waiting import UNIT, async_wait_for
+
+DIALECT = emqp.Dialect(eventmq_commands=True)
+
+
+@asynccontextmanager
+async def running_broker(data_dir: Path, **settings: Any) -> AsyncIterator[BrokerService]:
+    service = BrokerService(
+        BrokerSettings(client_port=0, worker_port=0, data_dir=data_dir, **settings)
+    )
+    task = asyncio.create_task(service.run())
+
+    async def started() -> bool:
+        if task.done():
+            task.result()
+        return service.readiness()["started"]
+
+    await async_wait_for(started, what="broker start")
+    try:
+        yield service
+    finally:
+        service.request_stop()
+        await asyncio.wait_for(task, 20 * UNIT)
+
+
+def new_id() -> str:
+    return str(uuidlib.uuid4())
+
+
+def call_body(name: str, *args: Any) -> bytes:
+    return emqp.build_call_body(emqp.EventmqCall(callable=name, path="zbus", args=args))
+
+
+class Peer:
+    """A DEALER speaking eMQP frames, for tests that play a client or a worker."""
+
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str) -> None:
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.connect(endpoint)
+
+    async def send(self, cmd: emqp.EmqpCommand) -> None:
+        await self.sock.send_multipart(emqp.encode(cmd, DIALECT))
+
+    async def recv(self, within: float = 10.0) -> emqp.EmqpCommand:
+        frames = await asyncio.wait_for(self.sock.recv_multipart(), within * UNIT)
+        return emqp.decode(frames, DIALECT)
+
+    async def recv_skipping_heartbeats(self, within: float = 10.0) -> emqp.EmqpCommand:
+        while True:
+            cmd = await self.recv(within)
+            if not isinstance(cmd, emqp.Heartbeat):
+                return cmd
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
