@@ -118,6 +118,51 @@ def _subscriber(
     ctx.term()
 
 
+def _client_publisher(base: str, n: int, go: Any, out: Any) -> None:
+    from services.eventbus.client import EventBusClient
+
+    items = [(f"/bench/{i % 100}", PAYLOAD) for i in range(n)]
+    with EventBusClient(base, producer="bench") as client:
+        go.wait()
+        start = time.perf_counter()
+        for i in range(0, n, BATCH):
+            client.publish_many(items[i : i + BATCH])
+        out.put(("start", start))
+
+
+def _client_subscriber(base: str, n: int, ready: Any, out: Any) -> None:
+    from services.eventbus.client import EventBusClient
+
+    got = 0
+    with EventBusClient(base, producer="bench-sub") as client:
+        sub = client.subscribe(("/bench/",))
+        ready.set()
+        while got < n:
+            if sub.next(timeout=20) is None:
+                break
+            got += 1
+    out.put(("end", time.perf_counter(), got))
+
+
+def _client_flow(base: str, n: int) -> tuple[float, int]:
+    """Publisher and subscriber through the zbus client library, each its own process."""
+    mpx = mp.get_context("spawn")
+    out: Any = mpx.Queue()
+    ready, go = mpx.Event(), mpx.Event()
+    sub = mpx.Process(target=_client_subscriber, args=(base, n, ready, out))
+    pub = mpx.Process(target=_client_publisher, args=(base, n, go, out))
+    sub.start()
+    pub.start()
+    ready.wait(60)
+    time.sleep(0.5)  # the subscription has reached the bus before the clock starts
+    go.set()
+    results = {item[0]: item[1:] for item in (out.get(timeout=180), out.get(timeout=180))}
+    for p in (pub, sub):
+        p.join(60)
+    start, (end, got) = results["start"][0], results["end"]
+    return got / (end - start), got
+
+
 def _forwarder(collector: str, publisher: str, n: int, ready: Any, per_event: bool = False) -> None:
     """The baseline: a bare ROUTER -> PUB forwarder of the same frames, no storage."""
     ctx = zmq.Context()
@@ -225,14 +270,19 @@ def throughput(tmp: Path) -> dict[str, float]:
     bus = Bus(tmp / "tp")
     bus.start()
     try:
-        rate, got = _flow(bus.ep(2), bus.ep(3), N, forwarder=False)
+        raw, raw_got = _flow(bus.ep(2), bus.ep(3), N, forwarder=False)
+        rate, got = _client_flow(bus.ep(0), N)
     finally:
         bus.stop()
     c, p = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
     base, base_got = _flow(c, p, N, forwarder=True)
     c, p = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
     spec, spec_got = _flow(c, p, N // 5, forwarder=True, per_event=True)
-    print(f"throughput  bus (durable log):  {rate:>12,.0f} events/s  ({got:,} of {N:,} received)")
+    print(
+        f"throughput  bus, zbus client library: {rate:>10,.0f} events/s  "
+        f"({got:,} of {N:,} received)"
+    )
+    print(f"            bus, raw stream sockets:  {raw:>10,.0f} events/s  ({raw_got:,} received)")
     print(f"            bare ROUTER->PUB:   {base:>12,.0f} events/s  ({base_got:,} received)")
     print(f"            bus / forwarder:    {rate / base:>12.2f}   [target >= 0.50]")
     print(
