@@ -399,7 +399,7 @@ class _SubscriptionBase(Generic[_S]):
 
     def _reply_actions(self, frames: list[bytes], now: float) -> Actions:
         try:
-            reply = ext.decode_snapshot_reply(frames)
+            reply = ext.decode_snapshot_reply_fast(frames)
         except ProtocolError as exc:
             # Left unanswered, the query times out and the subscription fails over.
             self._malformed("snapshot", exc)

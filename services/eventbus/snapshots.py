@@ -135,10 +135,8 @@ class SnapshotServer(threading.Thread):
             sequence = self.reader.stats().last_seq
             rows = self.reader.replay(q.subtrees, start, q.limit)
             nxt = str(rows[-1].seq) if len(rows) == q.limit else None
-        events = tuple(
-            ext.SequencedEvent(e.seq, e.topic, e.producer, e.ts, e.uuid, e.data) for e in rows
-        )
-        self._send(identity, ext.encode(ext.SnapshotPage(events, nxt, sequence)))
+        out = [[e.seq, e.topic, e.producer, e.ts, e.uuid, e.data] for e in rows]
+        self._send(identity, ext.encode_page(out, nxt, sequence))
 
     def _spec(self, identity: bytes, cmd: eb.SyncStart) -> None:
         self.metrics.snapshots.labels("spec").inc()

@@ -434,24 +434,17 @@ def snapshot(tmp: Path) -> float:
     _fill_log(data / "events.db", SNAPSHOT_TOPICS, SNAPSHOT_TOPICS)
     bus = Bus(data)
     bus.start()
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.connect(bus.ep(0))
+    from services.eventbus.client import EventBusClient
+
     try:
-        start = time.perf_counter()
-        after, got = None, 0
-        while True:
-            sock.send_multipart(ext.encode(ext.SnapshotQuery(after=after, limit=10_000)))
-            page = ext.decode_snapshot_reply(sock.recv_multipart())
-            assert isinstance(page, ext.SnapshotPage)
-            got += len(page.events)
-            if page.next is None:
-                break
-            after = page.next
-        took = time.perf_counter() - start
+        with EventBusClient(bus.ep(0), producer="bench") as client:
+            start = time.perf_counter()
+            sub = client.subscribe(page_limit=10_000)
+            got = 0
+            while got < SNAPSHOT_TOPICS and sub.next(timeout=30) is not None:
+                got += 1
+            took = time.perf_counter() - start
     finally:
-        sock.close(linger=0)
-        ctx.term()
         bus.stop()
     print(
         f"snapshot    {got:,} topics to a new client: {took:.2f} s "

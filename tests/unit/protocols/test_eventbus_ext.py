@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
@@ -800,3 +801,14 @@ def test_any_text_as_uuid_parses_or_raises_protocol_error(text: str) -> None:
     else:
         assert re.fullmatch(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}", text)
         assert cmd == PubBatch((EventData(*row),))
+
+
+def test_fast_page_decoder_agrees_with_the_careful_one() -> None:
+    u = "3f2b6f3e-8a0b-4c8e-9b6e-3c2f1d0a9b8c"
+    rows = [[n, f"/t/{n}", "p", "2026-11-22T08:35:32.862Z", u, b"d"] for n in range(1, 4)]
+    frames = ext.encode_page(rows, "/t/3", 9)
+    assert ext.decode_snapshot_reply_fast(frames) == ext.decode_snapshot_reply(frames)
+    bad = ext.encode_page([[1, "/t", "p", "ts", "u", "not bytes"]], None, 1)
+    with pytest.raises(ProtocolError, match="ZB-PAGE frame 1"):
+        ext.decode_snapshot_reply_fast(bad)
+    assert ext.decode_snapshot_reply_fast(ext.encode(ext.Error("no"))) == ext.Error("no")
