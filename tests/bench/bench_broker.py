@@ -24,8 +24,9 @@ from services.broker.client import BrokerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = int(os.environ.get("ZBUS_BENCH_JOBS", "50000"))
+SLOTS = int(os.environ.get("ZBUS_BENCH_WORKER_SLOTS", "4"))
 CELERY_JOBS = int(os.environ.get("ZBUS_BENCH_CELERY_JOBS", "5000"))
-WORKERS = 4
+WORKERS = int(os.environ.get("ZBUS_BENCH_WORKER_PROCESSES", "4"))
 
 
 def _free_port() -> int:
