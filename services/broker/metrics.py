@@ -72,9 +72,10 @@ class BrokerMetrics:
             now = job.state
             if before is now:
                 continue
-            if before is None and now is JobState.QUEUED and job.attempts == 0:
+            if before is None and job.created == job.updated:
+                # New this round (one round shares one `now`), whatever state it reached.
                 self.jobs.labels(job.queue, "submitted").inc()
-            elif now is JobState.RUNNING:
+            if now is JobState.RUNNING:
                 self.jobs.labels(job.queue, "started").inc()
             elif before is JobState.RUNNING and now is JobState.QUEUED:
                 self.jobs.labels(job.queue, "retried").inc()
