@@ -34,13 +34,19 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import msgpack
 
 from services.broker.model import Job, JobState, Schedule
+from services.common.sqlite import StoreError as StoreError  # re-exported
+from services.common.sqlite import (
+    configure_writer,
+    connect,
+    open_schema,
+)
 
 SCHEMA_VERSION = 1
+_WHAT = "job store"
 APPLICATION_ID = 0x7A626A73  # "zbjs"
 
 # Stored state codes: part of the schema, never reorder. Live states come first.
@@ -92,10 +98,6 @@ def _unpack(data: bytes) -> tuple[tuple[str, str], ...]:
     return msgpack.unpackb(data, use_list=False)  # type: ignore[no-any-return]
 
 
-class StoreError(Exception):
-    """The file is not a usable zbus job store, or a store operation failed."""
-
-
 def _job_row(j: Job) -> tuple[Any, ...]:
     return (
         j.id, j.queue, _pack(j.headers), j.body, j.client, _CODE[j.state], j.attempts,
@@ -115,18 +117,6 @@ def _schedule(r: tuple[Any, ...]) -> Schedule:
     return Schedule(r[0], r[1], _unpack(r[2]), r[3], r[4], r[5], r[6], r[7])
 
 
-def _connect(path: Path, cache_kib: int, *, create: bool) -> sqlite3.Connection:
-    uri = f"file:{quote(str(path.absolute()))}?mode={'rwc' if create else 'rw'}"
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 10000")
-        conn.execute(f"PRAGMA cache_size = -{cache_kib}")
-        conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
-    except sqlite3.Error as exc:
-        raise StoreError(f"{path}: cannot open as a zbus job store: {exc}") from exc
-    return conn
-
-
 def _get(conn: sqlite3.Connection, job_id: str) -> Job | None:
     row = conn.execute(f"{_SELECT_JOB} WHERE id = ?", (job_id,)).fetchone()
     return None if row is None else _job(row)
@@ -136,43 +126,22 @@ class JobStore:
     """Jobs and schedules in one SQLite file. Owned by one writer thread at a time;
     ``reader()`` gives other threads their own read connections."""
 
-    def __init__(self, path: Path, *, fsync: bool = False) -> None:
+    def __init__(self, path: Path, *, fsync: bool = False, checkpoint_pages: int = 4000) -> None:
         self.path = Path(path)
-        conn = self._conn = _connect(self.path, 65_536, create=True)
+        conn = self._conn = connect(self.path, 65_536, create=True, what=_WHAT)
         try:
-            self._open_schema()
-            conn.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
-            conn.execute("PRAGMA temp_store = MEMORY")
-            conn.execute("PRAGMA wal_autocheckpoint = 4000")  # fewer syncs of the database
+            open_schema(
+                conn,
+                self.path,
+                app_id=APPLICATION_ID,
+                version=SCHEMA_VERSION,
+                schema=_SCHEMA,
+                what=_WHAT,
+            )
+            configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
         except BaseException:
             conn.close()
             raise
-
-    def _open_schema(self) -> None:
-        conn = self._conn
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            objects = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
-            if app_id == 0 and version == 0 and objects == 0:
-                if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
-                    raise StoreError(f"{self.path}: cannot switch the database to WAL mode")
-                conn.executescript(
-                    f"BEGIN IMMEDIATE; {_SCHEMA}"
-                    f" PRAGMA application_id = {APPLICATION_ID};"
-                    f" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-                )
-                return
-            if app_id != APPLICATION_ID:
-                raise StoreError(f"{self.path}: not a zbus job store (another application's file)")
-            if version != SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path}: job store schema version {version} is not supported "
-                    f"(this build reads version {SCHEMA_VERSION})"
-                )
-            conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: not a usable zbus job store: {exc}") from exc
 
     @contextlib.contextmanager
     def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -264,7 +233,7 @@ class JobReader:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._conn = _connect(path, 16_384, create=False)
+        self._conn = connect(path, 16_384, create=False, what=_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
 
     def get(self, job_id: str) -> Job | None:

@@ -22,6 +22,7 @@ from services.common.admin import TokenRequired
 from services.common.clock import Clock
 from services.common.protocols import eventbus_ext as ext
 from services.common.service import Service
+from services.common.sqlite import checkpoint
 from services.eventbus.config import EventBusSettings
 from services.eventbus.core import RateMeter
 from services.eventbus.metrics import BusMetrics
@@ -32,7 +33,6 @@ from services.eventbus.store import (
     SqliteEventLog,
     SqliteLogReader,
     StoreError,
-    checkpoint,
 )
 
 log = logging.getLogger(__name__)

@@ -36,9 +36,16 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, cast
-from urllib.parse import quote
+
+from services.common.sqlite import StoreError as StoreError  # re-exported
+from services.common.sqlite import (
+    configure_writer,
+    connect,
+    open_schema,
+)
 
 SCHEMA_VERSION = 1
+_WHAT = "event log"
 APPLICATION_ID = 0x7A627573  # "zbus"
 
 _SCHEMA = """
@@ -65,10 +72,6 @@ _UPSERT_TOPIC = (
 )
 _RETENTION_CHUNK = 2_000
 _MERGE_SLICES = 8
-
-
-class StoreError(Exception):
-    """The file is not a usable zbus event log, or the log was misused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,33 +269,6 @@ def _range_sql(
     return ("(" + " OR ".join(terms) + ")" if terms else "0"), params
 
 
-def _connect(path: Path, cache_kib: int, *, create: bool) -> sqlite3.Connection:
-    uri = f"file:{quote(str(path.absolute()))}?mode={'rwc' if create else 'rw'}"
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 10000")
-        conn.execute(f"PRAGMA cache_size = -{cache_kib}")
-        conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
-    except sqlite3.Error as exc:
-        raise StoreError(f"{path}: cannot open as a zbus event log: {exc}") from exc
-    return conn
-
-
-def checkpoint(path: Path) -> tuple[int, int]:
-    """Copy the WAL into the database without blocking the writer (PASSIVE checkpoint).
-
-    Returns (WAL pages, pages checkpointed). Runs on a connection of its own.
-    """
-    conn = _connect(path, 1024, create=False)
-    try:
-        _, pages, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return int(pages), int(done)
-    except sqlite3.Error as exc:
-        raise StoreError(f"{path}: checkpoint failed: {exc}") from exc
-    finally:
-        conn.close()
-
-
 def _max_seq(conn: sqlite3.Connection) -> int:
     return cast(int, conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
@@ -316,13 +292,18 @@ class SqliteEventLog:
         """
         self.path = Path(path)
         self._merge_every = max(1, uuid_merge_every)
-        conn = self._conn = _connect(self.path, 65_536, create=True)
+        conn = self._conn = connect(self.path, 65_536, create=True, what=_WHAT)
         try:
-            self._open_schema()
-            conn.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'NORMAL'}")
-            conn.execute("PRAGMA temp_store = MEMORY")
-            # Fewer, larger checkpoints: each one syncs the database file.
-            conn.execute(f"PRAGMA wal_autocheckpoint = {int(checkpoint_pages)}")
+            open_schema(
+                conn,
+                self.path,
+                app_id=APPLICATION_ID,
+                version=SCHEMA_VERSION,
+                schema=_SCHEMA,
+                what=_WHAT,
+            )
+            # Fewer, larger checkpoints (4000 pages): each one syncs the database file.
+            configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
             self._last = _max_seq(conn)
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             self._indexed: int = meta["indexed"]
@@ -340,32 +321,6 @@ class SqliteEventLog:
         self._merge_rows: list[tuple[int, int]] = []  # (key, seq) sorted
         self._merge_pos = 0
         self._merge_hi = 0
-
-    def _open_schema(self) -> None:
-        conn = self._conn
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            objects = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
-            if app_id == 0 and version == 0 and objects == 0:
-                if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
-                    raise StoreError(f"{self.path}: cannot switch the database to WAL mode")
-                conn.executescript(
-                    f"BEGIN IMMEDIATE; {_SCHEMA}"
-                    f" PRAGMA application_id = {APPLICATION_ID};"
-                    f" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-                )
-                return
-            if app_id != APPLICATION_ID:
-                raise StoreError(f"{self.path}: not a zbus event log (another application's file)")
-            if version != SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path}: event log schema version {version} is not supported "
-                    f"(this build reads version {SCHEMA_VERSION})"
-                )
-            conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: not a usable zbus event log: {exc}") from exc
 
     def last_sequence(self) -> int:
         return self._last
@@ -582,7 +537,7 @@ class SqliteLogReader:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._conn = _connect(path, 16_384, create=False)
+        self._conn = connect(path, 16_384, create=False, what=_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
         self._stream_ref: weakref.ref[Iterator[int | Event]] | None = None
 
