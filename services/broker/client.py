@@ -59,6 +59,7 @@ import zmq.asyncio
 
 from services.common.protocols import emqp
 from services.common.protocols.errors import FrameValueError, ProtocolError
+from services.common.wire import send_frames
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -429,7 +430,7 @@ class BrokerClient:
         """
         job_id, frames = self._tracker.request(queue, callable, options)
         try:
-            self._sock.send_multipart(frames)
+            send_frames(self._sock, frames)
         except zmq.Again:
             self._tracker.unacked.pop(job_id, None)
             raise BrokerUnavailable([job_id], self.ack_timeout) from None

@@ -28,6 +28,7 @@ from services.common.clock import Clock
 from services.common.protocols import emqp
 from services.common.protocols.errors import ProtocolError
 from services.common.rejects import LogLimiter, reject_reason
+from services.common.wire import send_frames
 
 log = logging.getLogger(__name__)
 
@@ -223,8 +224,8 @@ class Router(threading.Thread):
         for out in self.core.take_outbox():
             sock = self.clients if out.side == "client" else self.workers
             with contextlib.suppress(zmq.ZMQError):  # a peer that left: nothing to do
-                sock.send_multipart(
-                    [out.identity, *emqp.encode(out.command, self.dialect)], zmq.NOBLOCK
+                send_frames(
+                    sock, [out.identity, *emqp.encode(out.command, self.dialect)], block=False
                 )
         self.metrics.counters(self.core.counters)
 

@@ -22,6 +22,7 @@ from services.common.protocols import eventbus as eb
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import ProtocolError
 from services.common.rejects import LogLimiter, reject_reason
+from services.common.wire import send_frames
 from services.eventbus.config import EventBusSettings
 from services.eventbus.core import HeartbeatSchedule, Subscriptions
 from services.eventbus.metrics import BusMetrics
@@ -165,8 +166,8 @@ class Pipeline(threading.Thread):
     def _heartbeat(self, now: float) -> None:
         seq = self.store.last_sequence()
         if self.settings.compat != "node":  # the Node.js client knows no HUGZ
-            self.publisher.send_multipart(eb.encode(eb.Heartbeat(seq), self.dialect))
-        self.stream.send_multipart(ext.encode(ext.StreamHeartbeat(seq)))
+            send_frames(self.publisher, eb.encode(eb.Heartbeat(seq), self.dialect))
+        send_frames(self.stream, ext.encode(ext.StreamHeartbeat(seq)))
         self._beat.sent(now)
 
     # ---------------------------------------------------------------- collecting
@@ -228,7 +229,7 @@ class Pipeline(threading.Thread):
     def _send_reply(self, identity: bytes, frames: list[bytes]) -> None:
         # A peer that is gone or not reading times out on its side and retries.
         with contextlib.suppress(zmq.ZMQError):
-            self.collector.send_multipart([identity, *frames], zmq.NOBLOCK)
+            send_frames(self.collector, [identity, *frames], block=False)
 
     def _commit(self, batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]) -> None:
         started = time.perf_counter()
@@ -258,17 +259,18 @@ class Pipeline(threading.Thread):
         self.metrics.stored.inc(len(stored))
         self.metrics.sequence.set(stored[-1].seq)
         rows = [[e.topic, e.producer, e.ts, e.uuid, e.data] for e in stored]
-        self.stream.send_multipart([ext.STREAM_BATCH, self._pack([stored[0].seq, rows])])
+        send_frames(self.stream, [ext.STREAM_BATCH, self._pack([stored[0].seq, rows])])
         self.metrics.broadcast.labels("stream").inc(len(stored))
         subs = self.subscriptions
         if subs.active:
             encode, dialect, sent = eb.encode, self.dialect, 0
             for e in stored:
                 if subs.wants(e.topic):
-                    self.publisher.send_multipart(
+                    send_frames(
+                        self.publisher,
                         encode(
                             eb.Broadcast(e.topic, e.seq, e.producer, e.ts, e.uuid, e.data), dialect
-                        )
+                        ),
                     )
                     sent += 1
             self.metrics.broadcast.labels("publisher").inc(sent)

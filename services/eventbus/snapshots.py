@@ -19,6 +19,7 @@ from services.common.protocols import eventbus as eb
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import FrameValueError, ProtocolError
 from services.common.rejects import LogLimiter, reject_reason
+from services.common.wire import send_frames
 from services.eventbus.config import EventBusSettings
 from services.eventbus.metrics import BusMetrics
 from services.eventbus.peers import PeerCounter
@@ -159,7 +160,7 @@ class SnapshotServer(threading.Thread):
         deadline = time.monotonic() + STALL_SECONDS
         while True:
             try:
-                self.sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+                send_frames(self.sock, [identity, *frames], block=False)
                 return True
             except zmq.Again:
                 if not wait or time.monotonic() > deadline or self._halt.is_set():
