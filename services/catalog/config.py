@@ -1,0 +1,24 @@
+"""Settings of the catalog (``ZBUS_*`` environment variables or matching flags)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from services.common.settings import ServiceSettings
+
+
+class CatalogSettings(ServiceSettings):
+    """The catalog: DBP port, UDP heartbeats, liveness, policy."""
+
+    port: int = Field(5246, ge=0, le=65535, description="DBP ROUTER (tcp)")
+    udp_port: int = Field(5246, ge=0, le=65535, description="UDP heartbeats")
+    heartbeat_interval: float = Field(3.0, gt=0, description="seconds between heartbeats")
+    heartbeat_misses: int = Field(3, ge=1, description="missed intervals before inactive")
+    grace: float = Field(30.0, ge=0, description="seconds an inactive node is kept")
+    allowed_names: str = Field(
+        "", description="comma-separated service names allowed to register (empty: any)"
+    )
+
+    def allowed(self) -> frozenset[str] | None:
+        names = frozenset(n.strip() for n in self.allowed_names.split(",") if n.strip())
+        return names or None

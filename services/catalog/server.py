@@ -1,0 +1,194 @@
+"""The catalog service: DBP on a ROUTER, UDP heartbeats, the registry store, admin API.
+
+Catalog traffic is small per node, so everything runs on the service's asyncio loop:
+a reader for the ROUTER, a datagram endpoint for UDP heartbeats and a timer for the
+core's deadlines. Store writes run in a worker thread and finish before the replies
+that depend on them are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import zmq
+from fastapi import FastAPI, HTTPException
+from prometheus_client import Counter, Gauge
+
+from services.catalog.config import CatalogSettings
+from services.catalog.core import CatalogCore
+from services.catalog.model import COUNTERS, CatalogConfig, NodeRecord
+from services.catalog.store import RegistryStore, StoreError
+from services.common.clock import Clock
+from services.common.protocols import dbp
+from services.common.protocols.errors import ProtocolError
+from services.common.rejects import LogLimiter, reject_reason
+from services.common.service import Service
+from services.common.settings import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def record_json(record: NodeRecord, now: float) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "state": record.state,
+        "info": record.info,
+        "registered_at": record.registered_at,
+        "last_heartbeat": record.last_heartbeat,
+        "uptime_seconds": round(max(0.0, now - record.registered_at), 3),
+        "heartbeat_interval": record.heartbeat_interval,
+        "udp_address": record.address,
+        "time_encoding": record.time_encoding.name.lower(),
+    }
+
+
+class _Heartbeats(asyncio.DatagramProtocol):
+    def __init__(self, service: CatalogService) -> None:
+        self.service = service
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        self.service.datagram(data, (str(addr[0]), int(addr[1])))
+
+
+class CatalogService(Service):
+    name = "catalog"
+
+    def __init__(self, settings: CatalogSettings, *, clock: Clock | None = None) -> None:
+        super().__init__(settings, clock=clock)
+        self.settings: CatalogSettings = settings
+        self._limiter = LogLimiter()
+        self._events = Counter(
+            "zbus_catalog_events", "Catalog events, by kind", ["event"], registry=self.registry
+        )
+        self._seen = dict.fromkeys(COUNTERS, 0)
+        for name in COUNTERS:
+            self._events.labels(name)
+        self._rejected = Counter(
+            "zbus_catalog_rejected",
+            "Messages refused as malformed, by transport and reason",
+            ["transport", "reason"],
+            registry=self.registry,
+        )
+        self._states = Gauge(
+            "zbus_catalog_services",
+            "Registered services, by state",
+            ["state"],
+            registry=self.registry,
+        )
+        self._wake = asyncio.Event()
+
+    async def start(self) -> None:
+        s = self.settings
+        try:
+            self.store = await asyncio.to_thread(RegistryStore, s.data_dir / "registry.db")
+            records = await asyncio.to_thread(self.store.load)
+        except StoreError as exc:
+            raise ConfigError(str(exc)) from None
+        self.router = self.bind(zmq.ROUTER, "dbp", s.port)
+        loop = asyncio.get_running_loop()
+        try:
+            self.udp, _ = await loop.create_datagram_endpoint(
+                lambda: _Heartbeats(self), local_addr=(s.host, s.udp_port)
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot bind UDP heartbeat port {s.udp_port}: {exc}") from None
+        udp_port = self.udp.get_extra_info("sockname")[1]
+        self.endpoints["heartbeats"] = f"udp://{s.host}:{udp_port}"
+        config = CatalogConfig(
+            heartbeat_interval=s.heartbeat_interval,
+            heartbeat_misses=s.heartbeat_misses,
+            grace=s.grace,
+            udp_port=udp_port,
+            allowed_names=s.allowed(),
+        )
+        self.core = CatalogCore(config, records, now=self.clock.time())
+        await self._flush()
+        log.info("registry loaded", extra={"nodes": len(records)})
+
+    def background(self) -> Sequence[Coroutine[Any, Any, None]]:
+        return [self._read(), self._timer()]
+
+    async def _read(self) -> None:
+        while True:
+            frames = await self.router.recv_multipart()
+            identity, body = frames[0], frames[1:]
+            try:
+                cmd = dbp.decode(body)
+            except ProtocolError as exc:
+                self._reject("tcp", identity.hex(), exc)
+                self.core.invalid_message()
+                continue
+            self.core.tcp_message(identity, cmd, self.clock.time())
+            await self._flush()
+
+    def datagram(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            cmd = dbp.decode_datagram(data)
+        except ProtocolError as exc:
+            self._reject("udp", f"{addr[0]}:{addr[1]}", exc)
+            self.core.invalid_message()
+            return
+        self.core.udp_heartbeat(addr, cmd, self.clock.time())
+        self._wake.set()  # the timer task flushes (a datagram callback cannot await)
+
+    def _reject(self, transport: str, peer: str, exc: ProtocolError) -> None:
+        reason = reject_reason(exc)
+        self._rejected.labels(transport, reason).inc()
+        if self._limiter.allow(time.time()):
+            log.warning(
+                "catalog message rejected",
+                extra={"transport": transport, "peer": peer, "reason": reason, "error": str(exc)},
+            )
+
+    async def _timer(self) -> None:
+        while True:
+            delay = max(0.0, self.core.next_deadline() - self.clock.time())
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(delay, 1.0))
+            self.core.tick(self.clock.time())
+            await self._flush()
+
+    async def _flush(self) -> None:
+        changes = self.core.take_changes()
+        if changes:
+            await asyncio.to_thread(self.store.write, changes)
+        for out in self.core.take_outbox():
+            with contextlib.suppress(zmq.ZMQError):  # a node that is gone: liveness tells
+                await self.router.send_multipart(
+                    [out.identity, *dbp.encode(out.command, out.dialect)], zmq.NOBLOCK
+                )
+        for name, value in self.core.counters.items():
+            delta = value - self._seen.get(name, 0)
+            if delta:
+                self._events.labels(name).inc(delta)
+                self._seen[name] = value
+        counts: dict[str, int] = {"active": 0, "late": 0, "inactive": 0}
+        for record in self.core.nodes():
+            counts[record.state] = counts.get(record.state, 0) + 1
+        for state, count in counts.items():
+            self._states.labels(state).set(count)
+
+    async def close(self) -> None:
+        self.udp.close()
+        await asyncio.to_thread(self.store.close)
+
+    def add_routes(self, app: FastAPI) -> None:
+        @app.get("/api/v1/services", tags=["services"])
+        async def services() -> dict[str, Any]:
+            """Every registered service with its state, endpoints and last heartbeat."""
+            now = self.clock.time()
+            return {"services": [record_json(r, now) for r in self.core.nodes()]}
+
+        @app.get("/api/v1/services/{name}", tags=["services"])
+        async def service(name: str) -> dict[str, Any]:
+            now = self.clock.time()
+            for record in self.core.nodes():
+                if record.name == name:
+                    return record_json(record, now)
+            raise HTTPException(404, f"no service {name!r} is registered")

@@ -1,0 +1,150 @@
+"""The catalog service with the node library, on real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import zmq
+import zmq.asyncio
+
+from services.catalog.client import CatalogNode
+from services.catalog.config import CatalogSettings
+from services.catalog.server import CatalogService
+from services.common.protocols import dbp
+from tests.support.waiting import UNIT, async_wait_for
+
+
+@asynccontextmanager
+async def running_catalog(data_dir: Path, **settings: Any) -> AsyncIterator[CatalogService]:
+    service = CatalogService(
+        CatalogSettings(**{"port": 0, "udp_port": 0, "data_dir": data_dir, **settings})
+    )
+    task = asyncio.create_task(service.run())
+
+    async def started() -> bool:
+        if task.done():
+            task.result()
+        return service.readiness()["started"]
+
+    await async_wait_for(started, what="catalog start")
+    try:
+        yield service
+    finally:
+        service.request_stop()
+        await asyncio.wait_for(task, 20 * UNIT)
+
+
+def _info(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ip": "127.0.0.1",
+        "port": 1,
+        "function": "test",
+        "heartbeat_interval": 0.1,
+    }
+
+
+async def _services(catalog: CatalogService) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=catalog.admin_url or "") as http:
+        listed = (await http.get("/api/v1/services")).json()["services"]
+    return {s["name"]: s for s in listed}
+
+
+async def test_a_node_registers_heartbeats_over_udp_and_leaves(tmp_path: Path) -> None:
+    async with running_catalog(tmp_path, heartbeat_interval=0.1) as catalog:
+        node = CatalogNode(catalog.endpoints["dbp"], _info("svc-a"), heartbeat_interval=0.1)
+        await node.start()
+        try:
+            assert node.registered
+            seen = await _services(catalog)
+            assert seen["svc-a"]["state"] == "active"
+
+            async def beats_over_udp() -> bool:
+                return node.counters["heartbeats_udp"] >= 3
+
+            await async_wait_for(beats_over_udp, what="UDP heartbeats")
+            assert (await _services(catalog))["svc-a"]["udp_address"] is not None
+            # A second node under the same live name is denied with the reason.
+            twin = CatalogNode(catalog.endpoints["dbp"], _info("svc-a"), register_timeout=5 * UNIT)
+            try:
+                await twin.start()
+            except Exception as exc:
+                assert "svc-a" in str(exc) or "taken" in str(exc)
+            else:
+                raise AssertionError("a second live node took the name")
+            finally:
+                await twin.stop()
+        finally:
+            await node.stop()
+
+        async def gone() -> bool:
+            return "svc-a" not in await _services(catalog)
+
+        await async_wait_for(gone, what="the node to deregister")
+
+
+async def test_malformed_input_on_tcp_and_udp_is_counted(tmp_path: Path) -> None:
+    async with running_catalog(tmp_path) as catalog:
+        ctx = zmq.asyncio.Context()
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(catalog.endpoints["dbp"])
+        loop = asyncio.get_running_loop()
+        udp, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol,
+            remote_addr=("127.0.0.1", int(catalog.endpoints["heartbeats"].rsplit(":", 1)[1])),
+        )
+        try:
+            await dealer.send_multipart([b"", b"???", b"1.0"])
+            udp.sendto(b"\x00\x05hello")
+
+            def rejected() -> float:
+                return sum(
+                    catalog.registry.get_sample_value(
+                        "zbus_catalog_rejected_total", {"transport": t, "reason": r}
+                    )
+                    or 0.0
+                    for t in ("tcp", "udp")
+                    for r in ("frame_count", "bad_value", "unknown_command", "malformed")
+                )
+
+            await async_wait_for(lambda: asyncio.sleep(0, rejected() >= 2), what="rejections")
+            # The catalog still registers a node after the garbage.
+            await dealer.send_multipart(dbp.encode(dbp.Registration(_info("ok"), time=1.0)))
+            reply = dbp.decode(await asyncio.wait_for(dealer.recv_multipart(), 10 * UNIT))
+            assert isinstance(reply, dbp.Approved)
+        finally:
+            udp.close()
+            dealer.close(linger=0)
+            ctx.term()
+
+
+async def test_nodes_register_again_after_a_catalog_restart(tmp_path: Path) -> None:
+    async with running_catalog(tmp_path, heartbeat_interval=0.1) as first:
+        port = int(first.endpoints["dbp"].rsplit(":", 1)[1])
+        udp_port = int(first.endpoints["heartbeats"].rsplit(":", 1)[1])
+        node = CatalogNode(first.endpoints["dbp"], _info("svc-b"), heartbeat_interval=0.1)
+        await node.start()
+        assert node.counters["reregistrations"] == 0
+    # The node keeps running while the catalog is down and comes back on the same ports
+    # with the same registry: the catalog does not know the node's socket any more, tells
+    # it so (DISCONNECT), and the node registers again on a new socket.
+    try:
+        async with running_catalog(
+            tmp_path, heartbeat_interval=0.1, port=port, udp_port=udp_port
+        ) as second:
+
+            async def back() -> bool:
+                listed = await _services(second)
+                return (
+                    node.counters["reregistrations"] >= 1
+                    and listed.get("svc-b", {}).get("state") == "active"
+                )
+
+            await async_wait_for(back, within=20, what="re-registration after the restart")
+    finally:
+        await node.stop()
