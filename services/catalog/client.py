@@ -398,6 +398,15 @@ class CatalogNode:
 
     async def _approved(self, reply: Approved) -> None:
         self.config = dict(reply.config)
+        # The catalog's instructions set the agreed heartbeat interval and misses (DBP:
+        # "regular and agreed-upon intervals"); a node judging the catalog's silence by
+        # a shorter interval of its own would drop a healthy session.
+        interval = reply.config.get("heartbeat_interval")
+        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval > 0:
+            self.heartbeat_interval = float(interval)
+        misses = reply.config.get("heartbeat_misses")
+        if isinstance(misses, int) and not isinstance(misses, bool) and misses > 0:
+            self.misses = misses
         if self._explicit_udp is None:
             self._udp_target = self._udp_from_config(reply.config.get(UDP_HEARTBEAT_KEY))
         if self._udp_target is not None and self._udp is None:
@@ -436,6 +445,12 @@ class CatalogNode:
         while True:
             reason = await self._session()
             log.info("catalog session ended (%s); registering again", reason)
+            if reason == "silence" and self._sock is not None:
+                # The catalog may still hold this session as live: say goodbye on the old
+                # socket, so the new REGISTRATION does not find the name taken.
+                with contextlib.suppress(zmq.ZMQError):
+                    await self._send(Disconnect(time.time()), block=False)
+                self._close_socket(linger_ms=int(min(self.heartbeat_interval, 1.0) * 1000))
             self._close_socket()
             try:
                 await self._register(None)

@@ -18,6 +18,8 @@ class CatalogSettings(ServiceSettings):
     allowed_names: str = Field(
         "", description="comma-separated service names allowed to register (empty: any)"
     )
+    # eventbus_endpoint (every service's setting) also turns on log aggregation here.
+    log_window: int = Field(1000, ge=1, description="recent log records kept per service")
 
     def allowed(self) -> frozenset[str] | None:
         names = frozenset(n.strip() for n in self.allowed_names.split(",") if n.strip())

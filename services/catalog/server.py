@@ -16,11 +16,12 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import zmq
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Query
 from prometheus_client import Counter, Gauge
 
 from services.catalog.config import CatalogSettings
 from services.catalog.core import CatalogCore
+from services.catalog.logs import LogWindow, follow_logs
 from services.catalog.model import COUNTERS, CatalogConfig, NodeRecord
 from services.catalog.store import RegistryStore, StoreError
 from services.common.clock import Clock
@@ -81,6 +82,7 @@ class CatalogService(Service):
             registry=self.registry,
         )
         self._wake = asyncio.Event()
+        self.logs = LogWindow(settings.log_window)
 
     async def start(self) -> None:
         s = self.settings
@@ -111,7 +113,10 @@ class CatalogService(Service):
         log.info("registry loaded", extra={"nodes": len(records)})
 
     def background(self) -> Sequence[Coroutine[Any, Any, None]]:
-        return [self._read(), self._timer()]
+        tasks = [self._read(), self._timer()]
+        if self.settings.eventbus_endpoint:
+            tasks.append(follow_logs(self.settings.eventbus_endpoint, self.logs))
+        return tasks
 
     async def _read(self) -> None:
         while True:
@@ -192,3 +197,34 @@ class CatalogService(Service):
                 if record.name == name:
                     return record_json(record, now)
             raise HTTPException(404, f"no service {name!r} is registered")
+
+        @app.get("/api/v1/logs", tags=["logs"])
+        async def logs(
+            service: str | None = None,
+            level: str | None = None,
+            text: str | None = None,
+            limit: int = Query(100, ge=1, le=10_000),
+        ) -> dict[str, Any]:
+            """Recent log records across the cluster, newest first (``level``: minimum)."""
+            return {
+                "logs": self._query_logs(service, level, text, limit),
+                "services": self.logs.services(),
+            }
+
+        @app.get("/api/v1/services/{name}/logs", tags=["logs"])
+        async def service_logs(
+            name: str,
+            level: str | None = None,
+            text: str | None = None,
+            limit: int = Query(100, ge=1, le=10_000),
+        ) -> dict[str, Any]:
+            """Recent log records of one service, newest first (``level``: minimum)."""
+            return {"service": name, "logs": self._query_logs(name, level, text, limit)}
+
+    def _query_logs(
+        self, service: str | None, level: str | None, text: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        try:
+            return self.logs.query(service or None, level, text, limit)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None

@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 from collections.abc import Coroutine, Generator, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import uvicorn
 import zmq
@@ -35,8 +35,12 @@ import services
 from services.common.admin import create_admin_app
 from services.common.clock import Clock, SystemClock
 from services.common.logs import configure_logging
+from services.common.logship import install_log_shipping
 from services.common.security import KeyPair, ZapAllowList, load_keys, make_server
 from services.common.settings import ConfigError, ServiceSettings
+
+if TYPE_CHECKING:
+    from services.common.registration import CatalogRegistration
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,8 @@ class Service:
         self._zap: ZapAllowList | None = None
         self._admin: _AdminServer | None = None
         self._admin_task: asyncio.Task[None] | None = None
+        self._registration: CatalogRegistration | None = None
+        self._registration_task: asyncio.Task[None] | None = None
         self.admin_app: FastAPI = create_admin_app(self)
         ProcessCollector(registry=self.registry)
         Info("zbus_service", "The service and its version", registry=self.registry).info(
@@ -108,7 +114,29 @@ class Service:
         return self.clock.monotonic() - self._started_mono
 
     def readiness(self) -> dict[str, bool]:
-        return {"started": self._ready, **self.checks()}
+        checks = {"started": self._ready, **self.checks()}
+        if self._registration is not None:
+            checks["catalog"] = self._registration.registered
+        return checks
+
+    def _register(self) -> None:
+        """Register with the catalog when one is configured (the catalog itself does not)."""
+        endpoint = self.settings.catalog_endpoint
+        if not endpoint or self.name == "catalog":
+            return
+        from services.common.registration import CatalogRegistration
+
+        self._registration = CatalogRegistration(self, endpoint)
+        self._registration_task = asyncio.create_task(self._keep_registered())
+
+    async def _keep_registered(self) -> None:
+        assert self._registration is not None
+        try:
+            await self._registration.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # e.g. denied by policy: stay up, unready, and say why
+            log.error("catalog registration failed", extra={"error": str(exc)})
 
     def info(self) -> dict[str, Any]:
         return {
@@ -161,6 +189,7 @@ class Service:
         try:
             await self._start_all()
             log.info("service ready", extra={"endpoints": self.info()["endpoints"]})
+            self._register()
             await self._stop.wait()
         finally:
             await self._shutdown()
@@ -228,6 +257,11 @@ class Service:
     async def _shutdown(self) -> None:
         self._ready = False
         self._stop.set()
+        if self._registration is not None and self._registration_task is not None:
+            await self._registration.stop()  # DISCONNECT: the catalog forgets us now
+            self._registration_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._registration_task
         try:
             async with asyncio.timeout(self.settings.shutdown_timeout):
                 await self._stop_tasks()
@@ -285,8 +319,14 @@ def run(
         print(f"zbus {service_class.name}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     configure_logging(service_class.name, settings.log_level)
+    shipper = None
+    if settings.eventbus_endpoint:
+        shipper = install_log_shipping(service_class.name, settings.eventbus_endpoint)
     try:
         asyncio.run(service_class(settings).run())
     except ConfigError as exc:
         log.error("cannot start", extra={"error": str(exc)})
         raise SystemExit(2) from None
+    finally:
+        if shipper is not None:
+            shipper.close()

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 
@@ -45,6 +45,36 @@ class ServiceSettings(BaseSettings):
     curve_allowed_clients: Path | None = Field(
         None, description="directory of client public key files allowed to connect (ZAP)"
     )
+    eventbus_endpoint: str = Field(
+        "",
+        description="event bus base endpoint tcp://host:P the service ships its logs to "
+        "(empty: none)",
+    )
+
+    catalog_endpoint: str = Field(
+        "",
+        description="the catalog's DBP endpoint tcp://host:5246 the service registers with "
+        "(empty: none)",
+    )
+    node_name: str = Field(
+        "", description="the name the service registers under (empty: the service's name)"
+    )
+
+    @field_validator("catalog_endpoint")
+    @classmethod
+    def _catalog_endpoint(cls, value: str) -> str:
+        if value and not (value.startswith("tcp://") and value.rpartition(":")[2].isdigit()):
+            raise ValueError("expected tcp://host:port")
+        return value
+
+    @field_validator("eventbus_endpoint")
+    @classmethod
+    def _bus_endpoint(cls, value: str) -> str:
+        if value:
+            from services.eventbus.client import BusEndpoints
+
+            BusEndpoints.from_base(value)  # ValueError: tcp://host:port expected
+        return value
 
     @classmethod
     def load(cls, argv: Sequence[str] | None = None, **overrides: Any) -> Self:

@@ -148,3 +148,37 @@ async def test_nodes_register_again_after_a_catalog_restart(tmp_path: Path) -> N
             await async_wait_for(back, within=20, what="re-registration after the restart")
     finally:
         await node.stop()
+
+
+async def test_a_zbus_service_registers_itself_and_leaves_on_stop(tmp_path: Path) -> None:
+    from tests.support.echo_service import EchoService, EchoSettings
+
+    async with running_catalog(tmp_path / "catalog", heartbeat_interval=0.2) as catalog:
+        service = EchoService(
+            EchoSettings(
+                data_dir=tmp_path / "echo",
+                catalog_endpoint=catalog.endpoints["dbp"],
+                node_name="echo-1",
+            )
+        )
+        task = asyncio.create_task(service.run())
+        try:
+
+            async def listed() -> bool:
+                return service.readiness().get("catalog") is True and "echo-1" in (
+                    await _services(catalog)
+                )
+
+            await async_wait_for(listed, what="the echo service in the catalog")
+            record = (await _services(catalog))["echo-1"]
+            assert record["info"]["function"] == "echo"
+            assert record["info"]["endpoints"]["echo"] == service.endpoints["echo"]
+            assert record["info"]["admin"] == service.admin_url
+        finally:
+            service.request_stop()
+            await asyncio.wait_for(task, 20 * UNIT)
+
+        async def gone() -> bool:
+            return "echo-1" not in await _services(catalog)
+
+        await async_wait_for(gone, what="the echo service to leave the catalog")
