@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge
 
 from services.catalog.config import CatalogSettings
 from services.catalog.core import CatalogCore
+from services.catalog.discovery import BeaconSender
 from services.catalog.logs import LogWindow, follow_logs
 from services.catalog.model import COUNTERS, CatalogConfig, NodeRecord
 from services.catalog.store import RegistryStore, StoreError
@@ -81,6 +82,8 @@ class CatalogService(Service):
             ["state"],
             registry=self.registry,
         )
+        self._beacons = Counter("zbus_catalog_beacons_sent", "Beacons sent", registry=self.registry)
+        self._beacons_seen = 0
         self._wake = asyncio.Event()
         self.logs = LogWindow(settings.log_window)
 
@@ -109,6 +112,18 @@ class CatalogService(Service):
             allowed_names=s.allowed(),
         )
         self.core = CatalogCore(config, records, now=self.clock.time())
+        self.beacon: BeaconSender | None = None
+        if s.beacon_port:
+            tcp_port = int(self.endpoints["dbp"].rsplit(":", 1)[1])
+            self.beacon = BeaconSender(
+                tcp_port,
+                addresses=s.beacon_targets(),
+                beacon_port=s.beacon_port,
+                dialect=dbp.HERMES if s.beacon_format == "shalom" else dbp.SPEC,
+                host="" if s.host in ("0.0.0.0", "::") else s.host,
+            )
+            await self.beacon.start()
+            self.endpoints["beacon"] = f"udp://{','.join(s.beacon_targets())}:{s.beacon_port}"
         await self._flush()
         log.info("registry loaded", extra={"nodes": len(records)})
 
@@ -168,6 +183,10 @@ class CatalogService(Service):
                 await self.router.send_multipart(
                     [out.identity, *dbp.encode(out.command, out.dialect)], zmq.NOBLOCK
                 )
+        if self.beacon is not None:
+            sent = self.beacon.counters["sent"]
+            self._beacons.inc(sent - self._beacons_seen)
+            self._beacons_seen = sent
         for name, value in self.core.counters.items():
             delta = value - self._seen.get(name, 0)
             if delta:
@@ -180,6 +199,8 @@ class CatalogService(Service):
             self._states.labels(state).set(count)
 
     async def close(self) -> None:
+        if self.beacon is not None:
+            await self.beacon.stop()  # its last beacon says the catalog is leaving
         self.udp.close()
         await asyncio.to_thread(self.store.close)
 

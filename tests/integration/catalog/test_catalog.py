@@ -22,7 +22,9 @@ from tests.support.waiting import UNIT, async_wait_for
 @asynccontextmanager
 async def running_catalog(data_dir: Path, **settings: Any) -> AsyncIterator[CatalogService]:
     service = CatalogService(
-        CatalogSettings(**{"port": 0, "udp_port": 0, "data_dir": data_dir, **settings})
+        CatalogSettings(
+            **{"port": 0, "udp_port": 0, "beacon_port": 0, "data_dir": data_dir, **settings}
+        )
     )
     task = asyncio.create_task(service.run())
 
@@ -182,3 +184,18 @@ async def test_a_zbus_service_registers_itself_and_leaves_on_stop(tmp_path: Path
             return "echo-1" not in await _services(catalog)
 
         await async_wait_for(gone, what="the echo service to leave the catalog")
+
+
+async def test_the_catalog_is_found_by_its_beacon(tmp_path: Path) -> None:
+    import socket
+
+    from services.catalog.discovery import discover
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        beacon_port = probe.getsockname()[1]
+    async with running_catalog(tmp_path, beacon_port=beacon_port) as catalog:
+        found = await discover(5 * UNIT, port=beacon_port, bind="127.0.0.1")
+        assert found == catalog.endpoints["dbp"]
+        sent = catalog.registry.get_sample_value("zbus_catalog_beacons_sent_total")
+        assert sent is not None
