@@ -378,6 +378,21 @@ class CatalogCore:
 
     # ------------------------------------------------------------------ helpers
 
+    def deregister(self, name: str, now: float) -> bool:
+        """Remove a node by name (admin API): it is sent DISCONNECT, which per the spec
+        makes a node close its socket and register again on a new one.
+
+        Returns:
+            False when no node of that name is registered.
+        """
+        node = self._by_name.get(name)
+        if node is None:
+            return False
+        if node.confirmed:
+            self._disconnect(node.record.identity, node.record.time_encoding, now)
+        self._remove(node)
+        return True
+
     def _send(self, identity: bytes, cmd: DBPCommand) -> None:
         self._outbox.append(Outgoing(identity, cmd, dialect_for(cmd.time_encoding)))
 

@@ -25,6 +25,7 @@ from services.catalog.discovery import BeaconSender
 from services.catalog.logs import LogWindow, follow_logs
 from services.catalog.model import COUNTERS, CatalogConfig, NodeRecord
 from services.catalog.store import RegistryStore, StoreError
+from services.common.admin import TokenRequired
 from services.common.clock import Clock
 from services.common.protocols import dbp
 from services.common.protocols.errors import ProtocolError
@@ -210,6 +211,15 @@ class CatalogService(Service):
             """Every registered service with its state, endpoints and last heartbeat."""
             now = self.clock.time()
             return {"services": [record_json(r, now) for r in self.core.nodes()]}
+
+        @app.delete("/api/v1/services/{name}", dependencies=[TokenRequired], tags=["services"])
+        async def deregister(name: str) -> dict[str, Any]:
+            """Remove a service from the catalog; it is told (DISCONNECT) and may register
+            again."""
+            if not self.core.deregister(name, self.clock.time()):
+                raise HTTPException(404, f"no service {name!r} is registered")
+            await self._flush()
+            return {"name": name, "deregistered": True}
 
         @app.get("/api/v1/services/{name}", tags=["services"])
         async def service(name: str) -> dict[str, Any]:

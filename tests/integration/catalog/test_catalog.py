@@ -199,3 +199,25 @@ async def test_the_catalog_is_found_by_its_beacon(tmp_path: Path) -> None:
         assert found == catalog.endpoints["dbp"]
         sent = catalog.registry.get_sample_value("zbus_catalog_beacons_sent_total")
         assert sent is not None
+
+
+async def test_deregister_from_the_admin_api_makes_the_node_register_again(
+    tmp_path: Path,
+) -> None:
+    async with running_catalog(tmp_path, heartbeat_interval=0.2) as catalog:
+        node = CatalogNode(catalog.endpoints["dbp"], _info("svc-c"), heartbeat_interval=0.2)
+        await node.start()
+        try:
+            async with httpx.AsyncClient(base_url=catalog.admin_url or "") as http:
+                gone = await http.delete("/api/v1/services/svc-c")
+                assert gone.status_code == 200
+                assert (await http.delete("/api/v1/services/nope")).status_code == 404
+
+            async def back() -> bool:
+                return node.counters["reregistrations"] >= 1 and "svc-c" in (
+                    await _services(catalog)
+                )
+
+            await async_wait_for(back, what="the node to register again")
+        finally:
+            await node.stop()

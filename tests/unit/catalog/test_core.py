@@ -411,3 +411,19 @@ def test_transition_table_refuses_unknown_pairs() -> None:
 def test_config_rejects_bad_values(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="CatalogConfig"):
         CatalogConfig(**bad)
+
+
+def test_admin_deregister_disconnects_the_node_and_forgets_it() -> None:
+    from services.common.protocols import dbp as _dbp
+
+    core = CatalogCore(CatalogConfig(heartbeat_interval=1.0), now=T0)
+    core.tcp_message(b"N1", _dbp.Registration(info("svc"), T0), T0)
+    core.take_outbox()
+    core.take_changes()
+    assert core.deregister("svc", T0 + 1) is True
+    (out,) = core.take_outbox()
+    assert out.identity == b"N1" and isinstance(out.command, _dbp.Disconnect)
+    (gone,) = core.take_changes()
+    assert (gone.name, gone.state) == ("svc", "gone")
+    assert core.nodes() == []
+    assert core.deregister("svc", T0 + 2) is False
