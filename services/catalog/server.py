@@ -35,6 +35,8 @@ from services.common.settings import ConfigError
 
 log = logging.getLogger(__name__)
 
+TICK_MIN = 0.05  # seconds between liveness rounds, at least
+
 
 def record_json(record: NodeRecord, now: float) -> dict[str, Any]:
     return {
@@ -85,7 +87,7 @@ class CatalogService(Service):
         )
         self._beacons = Counter("zbus_catalog_beacons_sent", "Beacons sent", registry=self.registry)
         self._beacons_seen = 0
-        self._wake = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self.logs = LogWindow(settings.log_window)
 
     async def start(self) -> None:
@@ -155,7 +157,8 @@ class CatalogService(Service):
             self.core.invalid_message()
             return
         self.core.udp_heartbeat(addr, cmd, self.clock.time())
-        self._wake.set()  # the timer task flushes (a datagram callback cannot await)
+        # No flush here: a heartbeat sends nothing, and the state change it may bring is
+        # written by the timer's next round (at most TICK_MIN later).
 
     def _reject(self, transport: str, peer: str, exc: ProtocolError) -> None:
         reason = reject_reason(exc)
@@ -167,23 +170,32 @@ class CatalogService(Service):
             )
 
     async def _timer(self) -> None:
+        next_gauges = 0.0
         while True:
-            delay = max(0.0, self.core.next_deadline() - self.clock.time())
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(delay, 1.0))
-            self.core.tick(self.clock.time())
+            # Liveness work grows with the number of nodes: run it at most every TICK_MIN
+            # seconds (every change due by then is applied in one round), at least once a
+            # second.
+            delay = self.core.next_deadline() - self.clock.time()
+            await asyncio.sleep(min(max(delay, TICK_MIN), 1.0))
+            now = self.clock.time()
+            self.core.tick(now)
             await self._flush()
+            if now >= next_gauges:
+                next_gauges = now + 1.0
+                self._gauges()
 
     async def _flush(self) -> None:
-        changes = self.core.take_changes()
-        if changes:
-            await asyncio.to_thread(self.store.write, changes)
-        for out in self.core.take_outbox():
-            with contextlib.suppress(zmq.ZMQError):  # a node that is gone: liveness tells
-                await self.router.send_multipart(
-                    [out.identity, *dbp.encode(out.command, out.dialect)], zmq.NOBLOCK
-                )
+        # One flush at a time: the store has one writer connection, and replies must not
+        # overtake the write of the changes they announce.
+        async with self._flush_lock:
+            changes = self.core.take_changes()
+            if changes:
+                await asyncio.to_thread(self.store.write, changes)
+            for out in self.core.take_outbox():
+                with contextlib.suppress(zmq.ZMQError):  # a node that is gone: liveness tells
+                    await self.router.send_multipart(
+                        [out.identity, *dbp.encode(out.command, out.dialect)], zmq.NOBLOCK
+                    )
         if self.beacon is not None:
             sent = self.beacon.counters["sent"]
             self._beacons.inc(sent - self._beacons_seen)
@@ -193,6 +205,8 @@ class CatalogService(Service):
             if delta:
                 self._events.labels(name).inc(delta)
                 self._seen[name] = value
+
+    def _gauges(self) -> None:
         counts: dict[str, int] = {"active": 0, "late": 0, "inactive": 0}
         for record in self.core.nodes():
             counts[record.state] = counts.get(record.state, 0) + 1
