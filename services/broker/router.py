@@ -12,7 +12,6 @@ import concurrent.futures
 import contextlib
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -28,6 +27,7 @@ from services.common.clock import Clock
 from services.common.protocols import emqp
 from services.common.protocols.errors import ProtocolError
 from services.common.rejects import LogLimiter, reject_reason
+from services.common.threads import SocketThread
 from services.common.wire import send_frames
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ T = TypeVar("T")
 AdminCall = Callable[[BrokerCore, float], Any]
 
 
-class Router(threading.Thread):
+class Router(SocketThread):
     def __init__(
         self,
         ctx: zmq.Context[Any],
@@ -48,7 +48,7 @@ class Router(threading.Thread):
         clock: Clock,
         secure: Callable[[zmq.Socket[Any]], None],
     ) -> None:
-        super().__init__(name="broker-router", daemon=True)
+        super().__init__("broker-router")
         self.ctx = ctx
         self.settings = settings
         self.store = store
@@ -57,10 +57,7 @@ class Router(threading.Thread):
         self.secure = secure
         self.dialect = emqp.Dialect(eventmq_commands=True, json_queues=settings.compat == "eventmq")
         self.endpoints: dict[str, str] = {}
-        self.ready = threading.Event()
-        self.failed: BaseException | None = None
         self.wake_endpoint = f"inproc://zbus-broker-wake-{id(self):x}"
-        self._halt = threading.Event()
         self._calls: queue.SimpleQueue[tuple[AdminCall, concurrent.futures.Future[Any]]] = (
             queue.SimpleQueue()
         )
@@ -69,36 +66,22 @@ class Router(threading.Thread):
         self._next_gauges = 0.0
 
     # ------------------------------------------------------------------ control
-    def stop(self) -> None:
-        self._halt.set()
-
     def submit_call(self, fn: AdminCall) -> concurrent.futures.Future[Any]:
         """Run ``fn(core, now)`` in the routing thread; its changes are durable on return."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._calls.put((fn, future))
         return future
 
-    def run(self) -> None:
-        try:
-            self._open()
-        except BaseException as exc:
-            self.failed = exc
-            self.ready.set()
-            return
-        self.ready.set()
-        try:
-            self._loop()
-        except Exception:
-            log.exception("broker router failed")
-            self.failed = RuntimeError("router thread died")
-        finally:
-            for sock in (self.clients, self.workers, self.wake):
+    def close(self) -> None:
+        for name in ("clients", "workers", "wake"):
+            sock = getattr(self, name, None)
+            if sock is not None:
                 sock.close(linger=0)
-            while not self._calls.empty():
-                _, future = self._calls.get_nowait()
-                future.set_exception(RuntimeError("the broker is stopping"))
+        while not self._calls.empty():
+            _, future = self._calls.get_nowait()
+            future.set_exception(RuntimeError("the broker is stopping"))
 
-    def _open(self) -> None:
+    def open(self) -> None:
         s = self.settings
         self.clients = self.ctx.socket(zmq.ROUTER)
         self.workers = self.ctx.socket(zmq.ROUTER)
@@ -133,11 +116,11 @@ class Router(threading.Thread):
         )
 
     # --------------------------------------------------------------------- loop
-    def _loop(self) -> None:
+    def loop(self) -> None:
         poller = zmq.Poller()
         for sock in (self.clients, self.workers, self.wake):
             poller.register(sock, zmq.POLLIN)
-        while not self._halt.is_set():
+        while not self.halted:
             deadline = self.core.next_deadline()
             timeout = POLL_MS
             if deadline is not None:

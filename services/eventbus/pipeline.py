@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from typing import Any
 
@@ -22,6 +21,7 @@ from services.common.protocols import eventbus as eb
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import ProtocolError
 from services.common.rejects import LogLimiter, reject_reason
+from services.common.threads import SocketThread
 from services.common.wire import send_frames
 from services.eventbus.config import EventBusSettings
 from services.eventbus.core import HeartbeatSchedule, Subscriptions
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 POLL_MS = 100  # how often the thread looks at its stop flag when idle
 
 
-class Pipeline(threading.Thread):
+class Pipeline(SocketThread):
     """Owns the COLLECTOR, PUBLISHER and STREAM sockets and the log writer."""
 
     def __init__(
@@ -46,7 +46,7 @@ class Pipeline(threading.Thread):
         clock: Clock,
         inproc: str,
     ) -> None:
-        super().__init__(name="eventbus-pipeline", daemon=True)
+        super().__init__("eventbus-pipeline")
         self.ctx = ctx
         self.settings = settings
         self.store = store
@@ -57,35 +57,12 @@ class Pipeline(threading.Thread):
         self.endpoints: dict[str, str] = {}
         self.subscriptions = Subscriptions()
         self.peer_counts: dict[str, int] = {}
-        self.ready = threading.Event()
-        self.failed: BaseException | None = None
-        self._halt = threading.Event()
         self._limiter = LogLimiter()
         self._beat = HeartbeatSchedule(settings.heartbeat_interval)
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self._next_retention = 0.0
 
-    # ------------------------------------------------------------------ control
-    def stop(self) -> None:
-        self._halt.set()
-
-    def run(self) -> None:
-        try:
-            self._open()
-        except BaseException as exc:  # reported to the service, which fails its start
-            self.failed = exc
-            self.ready.set()
-            return
-        self.ready.set()
-        try:
-            self._loop()
-        except Exception:
-            log.exception("event bus pipeline failed")
-            self.failed = RuntimeError("pipeline thread died")
-        finally:
-            self._close()
-
-    def _open(self) -> None:
+    def open(self) -> None:
         s = self.settings
         host, ports = s.host, s.ports()
         self.collector = self.ctx.socket(zmq.ROUTER)
@@ -120,14 +97,14 @@ class Pipeline(threading.Thread):
         if self.secure_hook is not None:
             self.secure_hook(sock)
 
-    def _close(self) -> None:
+    def close(self) -> None:
         for counter in getattr(self, "_peers", {}).values():
             counter.close()
         for sock in getattr(self, "_sockets", []):
             sock.close(linger=0)
 
     # --------------------------------------------------------------------- loop
-    def _loop(self) -> None:
+    def loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self.collector, zmq.POLLIN)
         poller.register(self.publisher, zmq.POLLIN)
@@ -135,7 +112,7 @@ class Pipeline(threading.Thread):
             poller.register(counter.monitor, zmq.POLLIN)
         monitors = {c.monitor: name for name, c in self._peers.items()}
         self._beat.sent(self.clock.monotonic())
-        while not self._halt.is_set():
+        while not self.halted:
             now = self.clock.monotonic()
             timeout = min(POLL_MS, int(self._beat.timeout(now) * 1000) + 1)
             for sock, _ in poller.poll(timeout):

@@ -8,7 +8,6 @@ snapshot size and the client's speed.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,7 @@ from services.common.protocols import eventbus as eb
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import FrameValueError, ProtocolError
 from services.common.rejects import LogLimiter, reject_reason
+from services.common.threads import SocketThread
 from services.common.wire import send_frames
 from services.eventbus.config import EventBusSettings
 from services.eventbus.metrics import BusMetrics
@@ -31,7 +31,7 @@ POLL_MS = 100
 STALL_SECONDS = 30.0  # a spec client that reads nothing for this long loses its snapshot
 
 
-class SnapshotServer(threading.Thread):
+class SnapshotServer(SocketThread):
     def __init__(
         self,
         ctx: zmq.Context[Any],
@@ -40,7 +40,7 @@ class SnapshotServer(threading.Thread):
         metrics: BusMetrics,
         secure: Callable[[zmq.Socket[Any]], None],
     ) -> None:
-        super().__init__(name="eventbus-snapshots", daemon=True)
+        super().__init__("eventbus-snapshots")
         self.ctx = ctx
         self.settings = settings
         self.open_reader = open_reader
@@ -49,46 +49,34 @@ class SnapshotServer(threading.Thread):
         self.dialect = eb.NODE_REFERENCE if settings.compat == "node" else eb.SPEC
         self.endpoint = ""
         self.peers = 0
-        self.ready = threading.Event()
-        self.failed: BaseException | None = None
-        self._halt = threading.Event()
         self._limiter = LogLimiter()
 
-    def stop(self) -> None:
-        self._halt.set()
+    def open(self) -> None:
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.sock.router_mandatory = True  # a full peer raises instead of dropping
+        self.sock.sndhwm = 10_000
+        self.sock.maxmsgsize = 1024 * 1024
+        self.secure(self.sock)
+        self.sock.bind(f"tcp://{self.settings.host}:{self.settings.port}")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.reader = self.open_reader()
+        self.counter = PeerCounter(self.sock)
 
-    def run(self) -> None:
-        try:
-            self.sock = self.ctx.socket(zmq.ROUTER)
-            self.sock.linger = 0
-            self.sock.router_mandatory = True  # a full peer raises instead of dropping
-            self.sock.sndhwm = 10_000
-            self.sock.maxmsgsize = 1024 * 1024
-            self.secure(self.sock)
-            self.sock.bind(f"tcp://{self.settings.host}:{self.settings.port}")
-            self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
-            self.reader = self.open_reader()
-            self.counter = PeerCounter(self.sock)
-        except BaseException as exc:
-            self.failed = exc
-            self.ready.set()
-            return
-        self.ready.set()
-        try:
-            self._loop()
-        except Exception:
-            log.exception("snapshot server failed")
-            self.failed = RuntimeError("snapshot thread died")
-        finally:
-            self.counter.close()
-            self.sock.close(linger=0)
-            self.reader.close()
+    def close(self) -> None:
+        for name in ("counter", "reader"):
+            part = getattr(self, name, None)
+            if part is not None:
+                part.close()
+        sock = getattr(self, "sock", None)
+        if sock is not None:
+            sock.close(linger=0)
 
-    def _loop(self) -> None:
+    def loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.counter.monitor, zmq.POLLIN)
-        while not self._halt.is_set():
+        while not self.halted:
             for sock, _ in poller.poll(POLL_MS):
                 if sock is self.sock:
                     self._serve_pending()
@@ -163,7 +151,7 @@ class SnapshotServer(threading.Thread):
                 send_frames(self.sock, [identity, *frames], block=False)
                 return True
             except zmq.Again:
-                if not wait or time.monotonic() > deadline or self._halt.is_set():
+                if not wait or time.monotonic() > deadline or self.halted:
                     return False
                 time.sleep(0.001)  # back-pressure from this one slow client
             except zmq.ZMQError:  # EHOSTUNREACH: the client went away
