@@ -13,9 +13,10 @@ process. Everything is on 127.0.0.1 and bounded in time. The 10,000 nodes regist
 distinct ROUTER identities (one short-lived DEALER each, at most ``BATCH`` connecting at
 once, within ZeroMQ's default listen backlog of 100). The loaded catalog uses a 1 s
 interval (``LOAD_INTERVAL``), so it also sends its own 10,000 heartbeats a second; the
-kill test runs on a catalog of its own. Before the windows, every node is heard from once over UDP from the
-load process's one socket, so the windows measure steady heartbeats (a node's first
-datagram from a new address is a registry write; later ones are not).
+kill test runs on a catalog of its own. Before the windows, every node is heard from
+once over UDP from the load process's one socket, so the windows measure steady
+heartbeats (a node's first datagram from a new address is a registry write; later ones
+are not).
 ``ZBUS_BENCH_NODES`` (default 10,000) sizes the run.
 """
 
