@@ -36,6 +36,9 @@ Decisions (seed 004 is the spec; ``docs/protocols/dbp.md`` the codec):
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -111,6 +114,8 @@ def malformed(info: Mapping[str, Any]) -> list[str]:
 class _Node:
     record: NodeRecord
     confirmed: bool  # registered with this catalog run (not rebuilt from the store)
+    next_beat: float = math.inf  # when the catalog's next HEARTBEAT to it is due
+    scheduled_at: float = math.inf  # the time of its live entry in the core's timer heap
 
     @property
     def hermes(self) -> bool:
@@ -137,11 +142,15 @@ class CatalogCore:
         self._by_identity: dict[bytes, _Node] = {}
         self._outbox: list[Outgoing] = []
         self._changes: list[NodeRecord] = []
-        self._next_heartbeat = now + config.heartbeat_interval
+        # One live entry per node: its next state change or HEARTBEAT, whichever is first,
+        # so a tick costs what is due, not the size of the cluster.
+        self._timers: list[tuple[float, int, _Node]] = []
+        self._seq = itertools.count()
         for record in nodes:
             if record.state != "gone":
                 fresh = replace(record, last_heartbeat=now)
-                self._by_name[record.name] = _Node(fresh, confirmed=False)
+                self._by_name[record.name] = node = _Node(fresh, confirmed=False)
+                self._schedule(node)
 
     # ------------------------------------------------------------------ outputs
 
@@ -158,12 +167,10 @@ class CatalogCore:
 
     def next_deadline(self) -> float:
         """When :meth:`tick` next has something to do (a state change or HEARTBEATs)."""
-        deadline = self._next_heartbeat
-        for node in self._by_name.values():
-            at = self._next_change(node)
-            if at is not None and at < deadline:
-                deadline = at
-        return deadline
+        timers = self._timers
+        while timers and timers[0][2].scheduled_at != timers[0][0]:
+            heapq.heappop(timers)  # an entry superseded by an earlier one
+        return timers[0][0] if timers else math.inf
 
     def nodes(self) -> list[NodeRecord]:
         """Every known node, by name."""
@@ -245,30 +252,43 @@ class CatalogCore:
     def tick(self, now: float) -> None:
         """Apply the time events due at ``now`` and send HEARTBEATs when due."""
         cfg = self.config
-        for node in list(self._by_name.values()):
-            if node.hermes and node.confirmed:
-                continue
-            rec = node.record
-            state = liveness.advance(
-                rec.state, rec.last_heartbeat, rec.heartbeat_interval,
-                cfg.heartbeat_misses, cfg.grace, now,
-            )  # fmt: skip
-            if state == "gone":
-                self.counters["expiries"] += 1
-                self._remove(node, event="expired")
-            elif state != rec.state:
-                self._set_state(node, state)
-        if now >= self._next_heartbeat:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            at, _, node = heapq.heappop(timers)
+            if node.scheduled_at != at or self._by_name.get(node.record.name) is not node:
+                continue  # superseded, or the node is gone
+            node.scheduled_at = math.inf
+            if not (node.hermes and node.confirmed):
+                rec = node.record
+                state = liveness.advance(
+                    rec.state, rec.last_heartbeat, rec.heartbeat_interval,
+                    cfg.heartbeat_misses, cfg.grace, now,
+                )  # fmt: skip
+                if state == "gone":
+                    self.counters["expiries"] += 1
+                    self._remove(node, event="expired")
+                    continue
+                if state != rec.state:
+                    self._set_state(node, state)
             # "Both broker and worker MUST send heartbeats at regular and agreed-upon
             # intervals"; "it SHOULD stop sending it messages" once it is disconnected.
-            for name in sorted(self._by_name):
-                peer = self._by_name[name]
-                if peer.confirmed and not peer.hermes and peer.record.state != "inactive":
-                    rec = peer.record
+            if node.next_beat <= now:
+                node.next_beat += cfg.heartbeat_interval
+                if node.next_beat <= now:  # a long pause: skip the missed ones
+                    node.next_beat = now + cfg.heartbeat_interval
+                if node.confirmed and not node.hermes and node.record.state != "inactive":
+                    rec = node.record
                     self.counters["heartbeats_sent"] += 1
-                    beat = Heartbeat(cfg.name, now, rec.time_encoding)
-                    self._send(rec.identity, beat)
-            self._next_heartbeat = now + cfg.heartbeat_interval
+                    self._send(rec.identity, Heartbeat(cfg.name, now, rec.time_encoding))
+            self._schedule(node)
+
+    def _schedule(self, node: _Node) -> None:
+        """Make sure the timer heap holds the node's next event (state change or beat)."""
+        change = self._next_change(node)
+        at = min(math.inf if change is None else change, node.next_beat)
+        if at < node.scheduled_at:
+            node.scheduled_at = at
+            heapq.heappush(self._timers, (at, next(self._seq), node))
 
     # ------------------------------------------------------------------ dialog
 
@@ -318,8 +338,11 @@ class CatalogCore:
             address=holder.record.address if holder is not None else None,
             time_encoding=_enc(cmd),
         )
-        node = _Node(record, confirmed=True)
+        # Each node has its own heartbeat phase, from its registration: 10,000 nodes get
+        # their HEARTBEATs spread over the interval, not in one burst.
+        node = _Node(record, confirmed=True, next_beat=now + cfg.heartbeat_interval)
         self._by_name[name] = self._by_identity[identity] = node
+        self._schedule(node)
         self._changes.append(record)
         self.counters["registrations_approved"] += 1
         instructions: JSONObject = {
@@ -407,6 +430,7 @@ class CatalogCore:
         node.record = replace(node.record, state=state, last_heartbeat=now)
         if changed:
             self._changes.append(node.record)
+            self._schedule(node)  # back from inactive: its next change may come sooner
 
     def _set_state(self, node: _Node, state: NodeState) -> None:
         node.record = replace(node.record, state=state)
