@@ -31,7 +31,7 @@ import builtins
 import contextlib
 import heapq
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from services.common.sqlite import (
     configure_writer,
     connect,
     open_schema,
+    transaction,
 )
 
 SCHEMA_VERSION = 1
@@ -143,19 +144,8 @@ class JobStore:
             conn.close()
             raise
 
-    @contextlib.contextmanager
-    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
-            raise
+    def _transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._conn, self.path, what)
 
     def write(
         self,

@@ -23,7 +23,7 @@ from typing import Any
 from services.catalog.model import NODE_STATES, NodeRecord
 from services.common.protocols.dbp import TimeEncoding
 from services.common.sqlite import StoreError as StoreError  # re-exported
-from services.common.sqlite import configure_writer, connect, open_schema
+from services.common.sqlite import configure_writer, connect, open_schema, transaction
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x7A626367  # "zbcg"
@@ -92,15 +92,8 @@ class RegistryStore:
         if not records:
             return
         rows = [_row(r) for r in records]
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with transaction(self._conn, self.path, "write") as conn:
             conn.executemany(_UPSERT, rows)
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise StoreError(f"{self.path}: write failed: {exc}") from exc
 
     def load(self) -> list[NodeRecord]:
         """Every node that is not gone, by name: what the catalog rebuilds from."""

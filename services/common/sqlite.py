@@ -8,7 +8,9 @@ own connections. ``synchronous=NORMAL`` keeps every committed transaction across
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -92,3 +94,22 @@ def checkpoint(path: Path) -> tuple[int, int]:
         raise StoreError(f"{path}: checkpoint failed: {exc}") from exc
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection, path: Path, what: str) -> Iterator[sqlite3.Connection]:
+    """One write transaction: committed on exit, rolled back on any error.
+
+    Raises:
+        StoreError: an SQLite error, naming the store file and the operation.
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"{path}: {what} failed: {exc}") from exc
+        raise

@@ -42,6 +42,7 @@ from services.common.sqlite import (
     configure_writer,
     connect,
     open_schema,
+    transaction,
 )
 
 SCHEMA_VERSION = 1
@@ -325,19 +326,8 @@ class SqliteEventLog:
     def last_sequence(self) -> int:
         return self._last
 
-    @contextlib.contextmanager
-    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"{self.path}: {what} failed: {exc}") from exc
-            raise
+    def _transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._conn, self.path, what)
 
     def append(self, batch: Sequence[NewEvent], received_at: float) -> AppendResult:
         """Store the batch in one transaction: drop duplicates, sequence, index, commit."""
