@@ -6,18 +6,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.broker.core_types import COUNTERS
 from services.broker.model import Job, JobState
+from services.common.metrics import CountsCollector
 
 
 class BrokerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.events = Counter(
+        self.events: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        CountsCollector(
             "zbus_broker_events",
             "Broker events, by kind (requests, dispatched, retried, workers_expired, ...)",
-            ["event"],
-            registry=registry,
+            "event",
+            lambda: self.events,
+            registry,
         )
-        for name in COUNTERS:
-            self.events.labels(name)
         self.jobs = Counter(
             "zbus_broker_jobs",
             "Job transitions per queue: submitted, started, succeeded, failed, retried, "
@@ -53,16 +54,11 @@ class BrokerMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
             registry=registry,
         )
-        self._seen: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._states: dict[str, JobState] = {}
 
     def counters(self, values: dict[str, int]) -> None:
-        """Add what the core counted since the last call."""
-        for name, value in values.items():
-            delta = value - self._seen.get(name, 0)
-            if delta:
-                self.events.labels(name).inc(delta)
-                self._seen[name] = value
+        """Export the core's running counts (read at scrape time)."""
+        self.events = values
 
     def transitions(self, jobs: list[Job]) -> None:
         """Count per-queue transitions from the changed jobs of one round."""

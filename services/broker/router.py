@@ -109,6 +109,7 @@ class Router(SocketThread):
             max_queued=s.max_queued,
         )
         self.core = BrokerCore(config, jobs, schedules, now=self.clock.time())
+        self.metrics.counters(self.core.counters)
         self._flush()  # the rebuild requeues jobs that were running: write that first
         log.info(
             "job store loaded",
@@ -210,7 +211,6 @@ class Router(SocketThread):
                 send_frames(
                     sock, [out.identity, *emqp.encode(out.command, self.dialect)], block=False
                 )
-        self.metrics.counters(self.core.counters)
 
     def _housekeeping(self) -> None:
         now = self.clock.time()

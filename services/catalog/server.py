@@ -29,6 +29,7 @@ from services.catalog.model import COUNTERS, CatalogConfig, NodeRecord, Outgoing
 from services.catalog.store import RegistryStore, StoreError
 from services.common.admin import TokenRequired
 from services.common.clock import Clock
+from services.common.metrics import CountsCollector
 from services.common.protocols import dbp
 from services.common.protocols.errors import ProtocolError
 from services.common.rejects import LogLimiter, reject_reason
@@ -70,12 +71,13 @@ class CatalogService(Service):
         super().__init__(settings, clock=clock)
         self.settings: CatalogSettings = settings
         self._limiter = LogLimiter()
-        self._events = Counter(
-            "zbus_catalog_events", "Catalog events, by kind", ["event"], registry=self.registry
+        CountsCollector(
+            "zbus_catalog_events",
+            "Catalog events, by kind",
+            "event",
+            lambda: self.core.counters if hasattr(self, "core") else dict.fromkeys(COUNTERS, 0),
+            self.registry,
         )
-        self._seen = dict.fromkeys(COUNTERS, 0)
-        for name in COUNTERS:
-            self._events.labels(name)
         self._rejected = Counter(
             "zbus_catalog_rejected",
             "Messages refused as malformed, by transport and reason",
@@ -229,11 +231,6 @@ class CatalogService(Service):
             sent = self.beacon.counters["sent"]
             self._beacons.inc(sent - self._beacons_seen)
             self._beacons_seen = sent
-        for name, value in self.core.counters.items():
-            delta = value - self._seen.get(name, 0)
-            if delta:
-                self._events.labels(name).inc(delta)
-                self._seen[name] = value
 
     def _gauges(self) -> None:
         counts: dict[str, int] = {"active": 0, "late": 0, "inactive": 0}
