@@ -23,9 +23,10 @@ Decisions (seed 004 is the spec; ``docs/protocols/dbp.md`` the codec):
   silence: Hermes implements neither ``<3`` nor ``</3`` and answers them with an error.
 - A DISCONNECT from a node, an expiry, or a DISCONNECT the catalog sends removes the
   node: :meth:`take_changes` returns its record once more with state ``"gone"``.
-- Changes are emitted on registration, update and state change, not on every heartbeat,
-  so a steady heartbeat costs no store write; ``last_heartbeat`` in the store is the
-  time of the last state change.
+- Changes are emitted on registration, update and a change of durable state (active,
+  inactive, gone; ``liveness.DURABLE``), not on every heartbeat nor between active and
+  late, so a steady heartbeat costs no store write; ``last_heartbeat`` in the store is
+  the time of the last such change.
 - After a restart (``nodes`` given) every node is unconfirmed: its old ROUTER identity
   is forgotten and it has ``I * M + grace`` seconds from the restart to register again.
   Until then it answers info requests (with ``"confirmed": false``) but gets no
@@ -159,6 +160,10 @@ class CatalogCore:
         out, self._outbox = self._outbox, []
         return out
 
+    def has_changes(self) -> bool:
+        """Whether records wait to be written (replies then wait for that write)."""
+        return bool(self._changes)
+
     def take_changes(self) -> list[NodeRecord]:
         """Records to upsert into the store, in order (a later one for the same name
         wins); a removed node appears with state ``"gone"``. The list is emptied."""
@@ -249,11 +254,23 @@ class CatalogCore:
         """The wiring read frames that did not decode: seed 004 says to drop them."""
         self.counters["invalid_messages"] += 1
 
-    def tick(self, now: float) -> None:
-        """Apply the time events due at ``now`` and send HEARTBEATs when due."""
+    def tick(self, now: float, limit: int | None = None) -> bool:
+        """Apply the time events due at ``now`` and send HEARTBEATs when due.
+
+        Args:
+            limit: handle at most this many nodes' timers, so that a caller sharing its
+                thread with other work can take a turn in between.
+
+        Returns:
+            True when timers due at ``now`` remain (only possible with ``limit``).
+        """
         cfg = self.config
         timers = self._timers
+        budget = math.inf if limit is None else limit
         while timers and timers[0][0] <= now:
+            if budget <= 0:
+                return True
+            budget -= 1
             at, _, node = heapq.heappop(timers)
             if node.scheduled_at != at or self._by_name.get(node.record.name) is not node:
                 continue  # superseded, or the node is gone
@@ -281,6 +298,14 @@ class CatalogCore:
                     self.counters["heartbeats_sent"] += 1
                     self._send(rec.identity, Heartbeat(cfg.name, now, rec.time_encoding))
             self._schedule(node)
+        return False
+
+    def state_counts(self) -> dict[str, int]:
+        """Known nodes by state (every state present, zero or not)."""
+        counts = {"active": 0, "late": 0, "inactive": 0}
+        for node in self._by_name.values():
+            counts[node.record.state] += 1
+        return counts
 
     def _schedule(self, node: _Node) -> None:
         """Make sure the timer heap holds the node's next event (state change or beat)."""
@@ -425,16 +450,19 @@ class CatalogCore:
 
     def _heard(self, node: _Node, now: float, *, changed: bool = False) -> None:
         """Any command but DISCONNECT acts as a heartbeat (seed 004, "Heartbeating")."""
-        state = liveness.step(node.record.state, "heard")
-        changed = changed or state != node.record.state
+        before = node.record.state
+        state = liveness.step(before, "heard")
         node.record = replace(node.record, state=state, last_heartbeat=now)
-        if changed:
+        if changed or liveness.DURABLE[state] != liveness.DURABLE[before]:
             self._changes.append(node.record)
+        if state != before:
             self._schedule(node)  # back from inactive: its next change may come sooner
 
     def _set_state(self, node: _Node, state: NodeState) -> None:
+        before = node.record.state
         node.record = replace(node.record, state=state)
-        self._changes.append(node.record)
+        if liveness.DURABLE[state] != liveness.DURABLE[before]:
+            self._changes.append(node.record)
 
     def _remove(self, node: _Node, event: liveness.Event = "disconnected") -> None:
         rec = node.record

@@ -5,18 +5,22 @@ and "a peer MUST consider the other peer 'disconnected' if no heartbeat arrives 
 some multiple of that interval (usually 3-5)". With ``I`` the node's heartbeat interval,
 ``M`` the allowed misses, ``G`` the grace and ``t`` the time of its last command:
 
-=================  =====================  ===========
-event              when                   next state
-=================  =====================  ===========
-``missed``         ``now >= t + I``       late
-``silent``         ``now >= t + I*M``     inactive
-``expired``        ``now >= t + I*M + G``  gone
-``heard``          any command            active
-``disconnected``   DISCONNECT either way  gone
-=================  =====================  ===========
+=================  ===========================  ===========
+event              when                         next state
+=================  ===========================  ===========
+``missed``         ``now >= t + I*LATE_AFTER``  late
+``silent``         ``now >= t + I*M``           inactive
+``expired``        ``now >= t + I*M + G``       gone
+``heard``          any command                  active
+``disconnected``   DISCONNECT either way        gone
+=================  ===========================  ===========
 
-Each boundary is inclusive: at exactly ``t + I`` a node is late. Time only moves a node
-towards ``gone``; a command brings it back to ``active`` from anywhere but ``gone``.
+Each boundary is inclusive. ``late`` means a beat is missing, not merely due: a node that
+beats exactly every ``I`` is heard a little after ``t + I`` every time, and with the
+boundary at ``t + I`` it would flip between active and late on every beat. Time only
+moves a node towards ``gone``; a command brings it back to ``active`` from anywhere but
+``gone``. ``late`` is a view of the silence, not a fact worth storing: the registry only
+records transitions between active, inactive and gone (see ``DURABLE``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,18 @@ TRANSITIONS: Final[dict[tuple[NodeState, Event], NodeState]] = {
     ("inactive", "disconnected"): "gone",
 }
 
+#: Silence, in heartbeat intervals, after which a node counts as late.
+LATE_AFTER: Final = 1.5
+
+#: States the registry store records; a change between two states that map to the same
+#: durable state (active <-> late) is not written.
+DURABLE: Final[dict[NodeState, NodeState]] = {
+    "active": "active",
+    "late": "active",
+    "inactive": "inactive",
+    "gone": "gone",
+}
+
 _RANK: Final[dict[NodeState, int]] = {"active": 0, "late": 1, "inactive": 2, "gone": 3}
 
 
@@ -65,7 +81,7 @@ def due(last: float, interval: float, misses: int, grace: float, now: float) -> 
         return "expired"
     if silence >= interval * misses:
         return "silent"
-    if silence >= interval:
+    if silence >= interval * LATE_AFTER:
         return "missed"
     return None
 
@@ -86,7 +102,7 @@ def next_change(
 ) -> float | None:
     """When the node's state next changes by time alone, or None (gone)."""
     if state == "active":
-        return last + interval
+        return last + interval * min(LATE_AFTER, misses)
     if state == "late":
         return last + interval * misses
     if state == "inactive":

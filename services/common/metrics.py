@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 
 class CountsCollector(Collector):
     """One labelled counter whose values are a mapping of running counts (e.g. a core's
-    ``counters`` dict): nothing is copied on the hot path, the values are read at scrape."""
+    ``counters`` dict): nothing is copied on the hot path, the values are read at scrape.
+    With ``gauge``, the values are current levels (e.g. services by state) instead."""
 
     def __init__(
         self,
@@ -19,12 +20,15 @@ class CountsCollector(Collector):
         label: str,
         source: Callable[[], Mapping[str, int]],
         registry: CollectorRegistry,
+        *,
+        gauge: bool = False,
     ) -> None:
         self.name, self.documentation, self.label, self.source = name, documentation, label, source
+        self.family = GaugeMetricFamily if gauge else CounterMetricFamily
         registry.register(self)
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        family = self.family(self.name, self.documentation, labels=[self.label])
         for key, value in sorted(self.source().items()):
             family.add_metric([key], value)
         yield family

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import zmq
 import zmq.auth
+import zmq.utils.z85
 from zmq.auth.thread import ThreadAuthenticator
 
 from services.common.settings import ConfigError
@@ -71,20 +72,66 @@ def make_client(sock: zmq.Socket[bytes], keys: KeyPair, server_public: bytes) ->
     sock.curve_serverkey = server_public
 
 
+#: The ZAP domain of sockets that admit any CURVE key and check the peer's key
+#: themselves (the catalog's DBP port, which answers an unlisted key with DENIED).
+OPEN_DOMAIN = "zbus-open"
+
+
+def allowed_keys(allowed_dir: Path) -> frozenset[bytes]:
+    """The client public keys (32 raw bytes each) in an allow-list directory.
+
+    Raises:
+        ConfigError: the directory is missing or holds a file that is not a certificate.
+    """
+    if not allowed_dir.is_dir():
+        raise ConfigError(f"curve_allowed_clients {allowed_dir} is not a directory")
+    try:
+        listed = zmq.auth.load_certificates(str(allowed_dir))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load CURVE keys from {allowed_dir}: {exc}") from None
+    return frozenset(zmq.utils.z85.decode(key) for key in listed)
+
+
+class _Keys:
+    """A ZAP credentials provider: ``callback(domain, z85_key) -> allowed``."""
+
+    def __init__(self, keys: frozenset[bytes] | None) -> None:
+        self.keys = keys  # None admits every key
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return self.keys is None or zmq.utils.z85.decode(key) in self.keys
+
+
 class ZapAllowList:
-    """A ZAP handler in its own thread that admits only the listed client public keys."""
+    """A ZAP handler in its own thread that admits only the listed client public keys,
+    except on sockets in :data:`OPEN_DOMAIN`, which admit any key. The handshake's
+    User-Id is the client's public key in Z85 (see :func:`peer_key`)."""
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], allowed_dir: Path) -> None:
-        if not allowed_dir.is_dir():
-            raise ConfigError(f"curve_allowed_clients {allowed_dir} is not a directory")
+        self.keys = allowed_keys(allowed_dir)
         self._auth = ThreadAuthenticator(ctx, log=logging.getLogger("zbus.zap"))
         self._dir = allowed_dir
 
     def start(self) -> None:
         self._auth.start()
-        self._auth.configure_curve(domain="*", location=str(self._dir))
-        count = len(zmq.auth.load_certificates(str(self._dir)))
-        log.info("zap allow-list loaded", extra={"clients": count, "dir": str(self._dir)})
+        self._auth.configure_curve_callback(domain="*", credentials_provider=_Keys(self.keys))
+        self._auth.configure_curve_callback(domain=OPEN_DOMAIN, credentials_provider=_Keys(None))
+        log.info("zap allow-list loaded", extra={"clients": len(self.keys), "dir": str(self._dir)})
 
     def stop(self) -> None:
         self._auth.stop()
+
+
+def peer_key(frame: zmq.Frame) -> bytes | None:
+    """The CURVE public key (32 raw bytes) of the peer ``frame`` came from, or None when
+    the socket does not run CURVE with a ZAP handler."""
+    try:
+        user = frame.get("User-Id")
+    except zmq.ZMQError:
+        return None
+    if not isinstance(user, str) or len(user) != 40:
+        return None
+    try:
+        return zmq.utils.z85.decode(user)
+    except ValueError:
+        return None

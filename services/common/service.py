@@ -36,7 +36,13 @@ from services.common.admin import create_admin_app
 from services.common.clock import Clock, SystemClock
 from services.common.logs import configure_logging
 from services.common.logship import install_log_shipping
-from services.common.security import KeyPair, ZapAllowList, load_keys, make_server
+from services.common.security import (
+    OPEN_DOMAIN,
+    KeyPair,
+    ZapAllowList,
+    load_keys,
+    make_server,
+)
 from services.common.settings import ConfigError, ServiceSettings
 
 if TYPE_CHECKING:
@@ -147,14 +153,19 @@ class Service:
             "endpoints": {**self.endpoints, "admin": self.admin_url},
         }
 
-    def bind(self, kind: int, name: str, port: int) -> zmq.asyncio.Socket:
+    def bind(
+        self, kind: int, name: str, port: int, *, open_zap: bool = False
+    ) -> zmq.asyncio.Socket:
         """A new asyncio socket bound to ``tcp://host:port`` (CURVE when configured).
 
         ``port=0`` binds any free port; the endpoint really bound is recorded in
-        :attr:`endpoints` under ``name``.
+        :attr:`endpoints` under ``name``. With ``open_zap`` the ZAP handler admits any
+        CURVE key on this socket, and the service checks the peer's key itself.
         """
         sock = self.ctx.socket(kind)
         self.secure(sock)
+        if open_zap:
+            sock.zap_domain = OPEN_DOMAIN.encode()
         self._sockets.append(sock)
         sock.bind(f"tcp://{self.settings.host}:{port}")
         self.endpoints[name] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -163,6 +174,11 @@ class Service:
     def own(self, sock: zmq.Socket[Any]) -> None:
         """Close ``sock`` with the service's own sockets at shutdown."""
         self._sockets.append(sock)
+
+    @property
+    def allowed_client_keys(self) -> frozenset[bytes] | None:
+        """The CURVE client keys of the ZAP allow-list, or None when there is none."""
+        return None if self._zap is None else self._zap.keys
 
     def secure(self, sock: zmq.Socket[Any]) -> None:
         """Make ``sock`` a CURVE server when the service has a key configured."""

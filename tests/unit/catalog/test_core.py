@@ -131,9 +131,10 @@ def test_name_taken_by_live_node_is_denied_until_it_is_inactive() -> None:
     out = register(c, B, now=T0 + 1)
     assert isinstance(out.command, Denied) and out.command.reasons[0].startswith("name taken")
     assert c.counters["registrations_denied_name_taken"] == 1
-    c.tick(T0 + I)  # late: still live
+    c.tick(T0 + 2 * I)  # late: still live
+    assert state(c) == "late"
     c.take_outbox()
-    assert isinstance(register(c, B, now=T0 + I).command, Denied)
+    assert isinstance(register(c, B, now=T0 + 2 * I).command, Denied)
     c.tick(T0 + 3 * I)  # inactive: the name may be taken over
     c.take_outbox()
     assert isinstance(register(c, B, now=T0 + 3 * I).command, Approved)
@@ -214,16 +215,20 @@ def test_liveness_boundaries_and_recovery() -> None:
     c = core()
     register(c)
     c.take_changes()
-    assert c.next_deadline() == T0 + I  # the first state change comes before heartbeats
-    c.tick(T0 + I - 0.001)
-    assert state(c) == "active" and c.take_changes() == []
+    assert c.next_deadline() == T0 + I  # the catalog's first HEARTBEAT
     c.tick(T0 + I)
-    assert state(c) == "late" and [r.state for r in c.take_changes()] == ["late"]
+    assert state(c) == "active"  # a beat is due, not yet missing
+    assert c.next_deadline() == T0 + 1.5 * I  # late: one beat missing
+    c.tick(T0 + 1.5 * I - 0.001)
+    assert state(c) == "active"
+    c.tick(T0 + 1.5 * I)
+    assert state(c) == "late"
+    assert c.take_changes() == []  # late is not written to the registry
     assert c.next_deadline() == T0 + 2 * I  # the catalog's next HEARTBEAT
     c.tick(T0 + 3 * I - 0.001)
     assert state(c) == "late"
     c.tick(T0 + 3 * I)
-    assert state(c) == "inactive"
+    assert state(c) == "inactive" and [r.state for r in c.take_changes()] == ["inactive"]
     assert liveness.next_change("inactive", T0, I, 3, 10) == T0 + 3 * I + 10
     assert [o.command for o in c.take_outbox()] == [
         Heartbeat("catalog", T0 + I, TimeEncoding.ASCII),  # to live nodes only
@@ -231,8 +236,21 @@ def test_liveness_boundaries_and_recovery() -> None:
     ]
     c.tcp_message(A, Heartbeat("resizer", T0 + 3 * I + 5), T0 + 3 * I + 5)
     assert state(c) == "active" and c.take_outbox() == []
-    assert [r.state for r in c.take_changes()] == ["inactive", "active"]
+    assert [r.state for r in c.take_changes()] == ["active"]
     assert c.counters["heartbeats_tcp"] == 1
+
+
+def test_a_steady_node_with_jitter_costs_no_store_write() -> None:
+    c = core()
+    register(c)
+    c.take_changes()
+    jitter = [0.0, 0.45, 0.1, 0.3, 0.49, 0.0, 0.2]  # fractions of I after each due beat
+    for k in range(1, 200):
+        now = T0 + k * I + jitter[k % len(jitter)] * I
+        c.tick(now)
+        c.tcp_message(A, Heartbeat("resizer", now), now)
+        assert state(c) == "active"
+    assert c.take_changes() == []
 
 
 def test_expiry_exactly_after_grace() -> None:

@@ -1,0 +1,99 @@
+"""The catalog's CURVE-key policy: an unlisted key is DENIED with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from services.common.protocols import dbp
+from services.common.security import generate_keys, load_keys, make_client
+from tests.integration.catalog.test_catalog import _info, running_catalog
+from tests.support.waiting import UNIT, async_wait_for
+
+
+async def _register(endpoint: str, client_secret: Path, server: Path, name: str) -> dbp.DBPCommand:
+    ctx = zmq.asyncio.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    make_client(sock, load_keys(client_secret), load_keys(server).public)
+    sock.connect(endpoint)
+    try:
+        await sock.send_multipart(dbp.encode(dbp.Registration(_info(name), time.time())))
+        return dbp.decode(await asyncio.wait_for(sock.recv_multipart(), 10 * UNIT))
+    finally:
+        sock.close()
+
+
+async def test_unlisted_curve_key_is_denied_with_a_reason(tmp_path: Path) -> None:
+    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
+    _, server_secret = generate_keys(keys, "catalog")
+    good_public, good_secret = generate_keys(keys, "good")
+    _, bad_secret = generate_keys(keys, "intruder")
+    allowed.mkdir()
+    (allowed / "good.key").write_bytes(good_public.read_bytes())
+    async with running_catalog(
+        tmp_path / "data", curve_secret_key=server_secret, curve_allowed_clients=allowed
+    ) as catalog:
+        endpoint = catalog.endpoints["dbp"]
+        # The handshake passes for any key; the registration is what is refused.
+        denied = await _register(endpoint, bad_secret, server_secret, "svc-x")
+        assert isinstance(denied, dbp.Denied), denied
+        assert any("key may not register" in reason for reason in denied.reasons)
+        approved = await _register(endpoint, good_secret, server_secret, "svc-y")
+        assert isinstance(approved, dbp.Approved), approved
+        assert catalog.core.counters["registrations_denied_policy"] == 1
+        assert [r.name for r in catalog.core.nodes()] == ["svc-y"]
+
+
+async def test_a_hermes_node_registers_and_heartbeats_over_udp(tmp_path: Path) -> None:
+    """Hermes' dialect on the real service: float32 time, OmO, its UDP heartbeats."""
+    hermes_info = {
+        "name": "Rohan",
+        "interfaces": {"router": {"ip": "127.0.0.1", "port": 5247}},
+        "reg_time": "Sun Nov 22 08:35:32 2026",
+        "topics": None,
+    }
+    f32 = dbp.TimeEncoding.FLOAT32
+    async with running_catalog(tmp_path) as catalog:
+        ctx = zmq.asyncio.Context.instance()
+        node, twin = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+        loop = asyncio.get_running_loop()
+        udp, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, remote_addr=("127.0.0.1", catalog.core.config.udp_port)
+        )
+        try:
+            for sock in (node, twin):
+                sock.linger = 0
+                sock.connect(catalog.endpoints["dbp"])
+            await node.send_multipart(
+                dbp.encode(dbp.Registration(hermes_info, time.time(), f32), dbp.HERMES)
+            )
+            wire = await asyncio.wait_for(node.recv_multipart(), 10 * UNIT)
+            approved = dbp.decode(wire)
+            assert isinstance(approved, dbp.Approved) and approved.time_encoding is f32
+            assert len(wire[2]) == 4  # the time frame as Hermes writes it
+            await twin.send_multipart(
+                dbp.encode(dbp.Registration(hermes_info, time.time(), f32), dbp.HERMES)
+            )
+            denied = await asyncio.wait_for(twin.recv_multipart(), 10 * UNIT)
+            assert denied[1] == b"OmO"  # name taken, in Hermes' token
+
+            beat = dbp.encode_datagram(dbp.Heartbeat("Rohan", time.time(), f32), dbp.HERMES)
+            udp.sendto(beat)
+            udp.sendto(b"\xff garbage")
+
+            async def heard() -> bool:
+                counters = catalog.core.counters
+                return counters["heartbeats_udp"] >= 1 and counters["invalid_messages"] >= 1
+
+            await async_wait_for(heard, what="the Hermes UDP heartbeat")
+            (record,) = catalog.core.nodes()
+            assert record.address is not None and record.state == "active"
+        finally:
+            udp.close()
+            node.close()
+            twin.close()
