@@ -45,6 +45,18 @@ class EventBusSettings(ServiceSettings):
         None, ge=1, description="keep at most this many events (latest per topic kept)"
     )
     retention_interval: float = Field(60.0, gt=0, description="seconds between retention runs")
+    archive: bool = Field(True, description="copy the log into Parquet files (docs/archive.md)")
+    archive_path: str = Field(
+        "",
+        description="archive directory, or any URI pyarrow.fs opens (s3://, hdfs://, ...); "
+        "empty: <data_dir>/archive",
+    )
+    archive_interval: float = Field(10.0, gt=0, description="seconds between archive flushes")
+    archive_batch: int = Field(
+        100_000,
+        ge=1,
+        description="flush early once this many events wait; at most this many per flush",
+    )
 
     @model_validator(mode="after")
     def _derive_ports(self) -> EventBusSettings:
@@ -53,6 +65,12 @@ class EventBusSettings(ServiceSettings):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, base + offset if base else 0)
         return self
+
+    def archive_uri(self) -> str | None:
+        """Where the archive goes (a local path or a URI), or None when it is off."""
+        if not self.archive:
+            return None
+        return self.archive_path or str(self.data_dir / "archive")
 
     def ports(self) -> dict[str, int]:
         return {

@@ -67,6 +67,25 @@ class BusMetrics:
             "Events deleted by retention",
             registry=registry,
         )
+        self.archive_events = Counter(
+            "zbus_archive_events", "Events written to the archive", registry=registry
+        )
+        self.archive_files = Counter(
+            "zbus_archive_files", "Parquet files written to the archive", registry=registry
+        )
+        self.archive_errors = Counter(
+            "zbus_archive_errors", "Archive flushes that failed (retried)", registry=registry
+        )
+        self.archive_lag = Gauge(
+            "zbus_archive_lag_events",
+            "Events in the log not archived yet (last sequence - archived mark)",
+            registry=registry,
+        )
+        self.archive_bad_timestamps = Counter(
+            "zbus_archive_bad_timestamps",
+            "Archived events whose timestamp did not parse (archived with the flush time)",
+            registry=registry,
+        )
         for sock in ("snapshot", "publisher", "collector", "stream"):
             self.peers.labels(sock).set(0)
         for sock in ("publisher", "stream"):

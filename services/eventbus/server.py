@@ -1,4 +1,4 @@
-"""The event bus service: pipeline and snapshot threads, admin API, metrics."""
+"""The event bus service: pipeline, snapshot and archive threads, admin API, metrics."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from services.common.clock import Clock
 from services.common.protocols import eventbus_ext as ext
 from services.common.service import Service
 from services.common.sqlite import checkpoint
+from services.eventbus.archive import ArchiveError, Archiver, ArchiveWriter
 from services.eventbus.config import EventBusSettings
 from services.eventbus.core import RateMeter
 from services.eventbus.metrics import BusMetrics
@@ -76,6 +77,7 @@ class EventBusService(Service):
         self.inproc = f"inproc://zbus-collector-{id(self):x}"
         self.rate = RateMeter()
         self.log_path = settings.data_dir / "events.db"
+        self.archiver: Archiver | None = None
 
     async def start(self) -> None:
         # The pipeline thread shares the GIL with this loop: a shorter switch interval
@@ -89,6 +91,10 @@ class EventBusService(Service):
             from services.common.settings import ConfigError
 
             raise ConfigError(str(exc)) from None
+        archive_uri = self.settings.archive_uri()
+        if archive_uri is not None:
+            # Until the archive has read its mark, retention deletes nothing.
+            self.store.hold_retention(0)
         sync_ctx: zmq.Context[Any] = zmq.Context.shadow(self.ctx)
         self.pipeline = Pipeline(
             sync_ctx, self.settings, self.store, self.metrics, self.clock, self.inproc
@@ -104,6 +110,17 @@ class EventBusService(Service):
                 from services.common.settings import ConfigError
 
                 raise ConfigError(f"event bus cannot start: {thread.failed}")
+        if archive_uri is not None:
+            self.archiver = Archiver(
+                ArchiveWriter(archive_uri, self.log_path, batch=self.settings.archive_batch),
+                interval=self.settings.archive_interval,
+                batch=self.settings.archive_batch,
+                metrics=self.metrics,
+                clock=self.clock,
+                last_sequence=self.store.last_sequence,
+                on_mark=self.store.hold_retention,
+            )
+            self.archiver.start()
         self.endpoints["snapshot"] = self.snapshots.endpoint
         self.endpoints.update(self.pipeline.endpoints)
         self.publisher = self.ctx.socket(zmq.DEALER)
@@ -156,6 +173,10 @@ class EventBusService(Service):
             thread.stop()
         for thread in (self.snapshots, self.pipeline):
             await asyncio.to_thread(thread.join)
+        # After the pipeline's last commit, before the log closes: a final flush.
+        if self.archiver is not None:
+            self.archiver.stop()
+            await asyncio.to_thread(self.archiver.join)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.store.close)
@@ -259,4 +280,16 @@ class EventBusService(Service):
                     p.decode("utf-8", "replace") for p in self.pipeline.subscriptions.prefixes
                 ),
                 "compat": self.settings.compat,
+                "archive": {"enabled": False} if self.archiver is None else self.archiver.status(),
             }
+
+        @app.post("/api/v1/archive/flush", dependencies=[TokenRequired], tags=["archive"])
+        async def archive_flush() -> dict[str, Any]:
+            """Archive every event logged so far, now; answers the new archived mark."""
+            if self.archiver is None:
+                raise HTTPException(409, "the archive is off (ZBUS_ARCHIVE=false)")
+            try:
+                mark = await asyncio.wrap_future(self.archiver.request_flush())
+            except ArchiveError as exc:
+                raise HTTPException(503, f"archive flush failed: {exc}") from None
+            return {"archived_through": mark, "lag": self.archiver.lag()}

@@ -113,6 +113,11 @@ class SnapshotServer(SocketThread):
             log.error("snapshot read failed", extra={"error": str(exc)})
             if extension:
                 self._send(identity, ext.encode(ext.Error(f"storage failed: {exc}")))
+        except Exception as exc:  # a bug must cost one request, not the bus
+            self.metrics.rejected.labels("snapshot", "internal").inc()
+            log.exception("snapshot request failed", extra={"peer": identity.hex()})
+            if extension:
+                self._send(identity, ext.encode(ext.Error(f"internal error: {exc}")))
 
     def _page(self, identity: bytes, q: ext.SnapshotQuery) -> None:
         self.metrics.snapshots.labels(f"page-{q.mode}").inc()

@@ -270,6 +270,15 @@ def _range_sql(
     return ("(" + " OR ".join(terms) + ")" if terms else "0"), params
 
 
+#: The largest sequence SQLite stores. The wire allows 64 unsigned bits, so a query's
+#: bound above this is clamped (no stored event is beyond it) rather than overflowing.
+MAX_STORED_SEQ = 2**63 - 1
+
+
+def _bound(seq: int) -> int:
+    return seq if seq <= MAX_STORED_SEQ else MAX_STORED_SEQ
+
+
 def _max_seq(conn: sqlite3.Connection) -> int:
     return cast(int, conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
@@ -322,6 +331,7 @@ class SqliteEventLog:
         self._merge_rows: list[tuple[int, int]] = []  # (key, seq) sorted
         self._merge_pos = 0
         self._merge_hi = 0
+        self._retention_hold: int | None = None
 
     def last_sequence(self) -> int:
         return self._last
@@ -433,6 +443,16 @@ class SqliteEventLog:
     def reader(self) -> SqliteLogReader:
         return SqliteLogReader(self.path)
 
+    def hold_retention(self, through: int | None) -> None:
+        """Let retention delete no event above sequence ``through`` (None: no hold).
+
+        The event archive holds retention at its mark, so that no event leaves the log
+        before it is archived. Safe to call from any thread: one attribute is replaced,
+        and :meth:`apply_retention` reads it once per call (the mark only grows, so a
+        call that read the older value only keeps more).
+        """
+        self._retention_hold = through
+
     def apply_retention(
         self,
         *,
@@ -443,13 +463,17 @@ class SqliteEventLog:
     ) -> int:
         """Delete the oldest events older than ``max_age`` s or beyond ``max_events``.
 
-        The latest event of each topic is never deleted. Works in short transactions of
-        a few thousand events; ``max_delete`` bounds one call so that a writer can
-        interleave appends (call again while it returns ``max_delete``). Ages come from
-        the batch receive times, taken to grow with the sequence: after a clock step
-        back, events wait for the batches after them.
+        The latest event of each topic is never deleted, nor any event above the hold
+        (:meth:`hold_retention`): those wait, even beyond ``max_events``. Works in short
+        transactions of a few thousand events; ``max_delete`` bounds one call so that a
+        writer can interleave appends (call again while it returns ``max_delete``). Ages
+        come from the batch receive times, taken to grow with the sequence: after a clock
+        step back, events wait for the batches after them.
         """
         conn = self._conn
+        hold = self._retention_hold
+        # Events at or above this sequence are never candidates.
+        end = self._last + 1 if hold is None else min(self._last, max(hold, 0)) + 1
         age_cut = 0  # events below this sequence are older than max_age
         if max_age is not None:
             age_cut = self._last + 1
@@ -461,12 +485,13 @@ class SqliteEventLog:
                 if received >= now - max_age:
                     age_cut = first_seq
                     break
+            age_cut = min(age_cut, end)
         budget = self._events if max_delete is None else max_delete
         deleted = 0
         pos = 0
         while deleted < budget:
             excess = 0 if max_events is None else self._events - max_events
-            below = age_cut if excess <= 0 else self._last + 1
+            below = age_cut if excess <= 0 else end
             with self._transaction("retention"):
                 candidates = conn.execute(
                     "SELECT e.seq, e.topic, e.uuid, length(e.data) FROM events AS e"
@@ -545,7 +570,7 @@ class SqliteLogReader:
         sql = f"{_LATEST} WHERE {where} AND t.last_seq > ? ORDER BY t.topic"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return map(_event, self._conn.execute(sql, [*params, since]))
+        return map(_event, self._conn.execute(sql, [*params, _bound(since)]))
 
     def snapshot_page(
         self, subtrees: tuple[str, ...], since: int, after: str | None, limit: int
@@ -593,7 +618,7 @@ class SqliteLogReader:
         cur = self._conn.execute(
             f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where}"
             " ORDER BY e.seq LIMIT ?",
-            [after_seq, *params, limit],
+            [_bound(after_seq), *params, limit],
         )
         return list(map(_event, cur))
 

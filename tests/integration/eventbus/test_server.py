@@ -195,6 +195,20 @@ async def test_malformed_messages_on_every_socket_change_nothing(tmp_path: Path)
                 await asyncio.wait_for(snapshot.recv_multipart(), 10 * UNIT)
             )
             assert isinstance(reply2, ext.Error) and "limit" in reply2.reason
+            # Sequences past what SQLite stores (the wire allows 64 unsigned bits).
+            top = 2**64 - 1
+            for mode in ("log", "latest"):
+                await snapshot.send_multipart(
+                    ext.encode(ext.SnapshotQuery((), top, None, mode, 10))
+                )
+                page = ext.decode_snapshot_reply(
+                    await asyncio.wait_for(snapshot.recv_multipart(), 10 * UNIT)
+                )
+                assert isinstance(page, ext.SnapshotPage) and page.events == (), page
+            huge, end_huge = await _spec_snapshot(
+                ctx, bus.endpoints["snapshot"], eb.SyncStart((), top)
+            )
+            assert huge == [] and end_huge.sequence == 1
             await xsub.send(b"\x05not a subscription")
 
             def rejected(sock: str) -> float:

@@ -366,6 +366,27 @@ def test_retention_by_count_in_chunks_and_bounded_calls(
     assert log.apply_retention(now=5.0, max_age=None, max_events=None) == 0
 
 
+def test_retention_keeps_what_is_above_the_hold(
+    log: SqliteEventLog, reader: SqliteLogReader
+) -> None:
+    log.append([ev("/t", n) for n in range(1, 5)], 100.0)  # 1..4
+    log.append([ev("/t", n) for n in range(5, 9)], 200.0)  # 5..8
+    log.hold_retention(0)
+    assert log.apply_retention(now=1000.0, max_age=10.0, max_events=0) == 0
+    # A hold inside a batch: the batch's old events below it go, the rest wait.
+    log.hold_retention(2)
+    assert log.apply_retention(now=250.0, max_age=100.0, max_events=None) == 2
+    assert log.apply_retention(now=250.0, max_age=100.0, max_events=2) == 0
+    assert [e.seq for e in reader.replay((), 0, 10)] == [3, 4, 5, 6, 7, 8]
+    # Released, the rest of that old batch goes by age; the young batch stays.
+    log.hold_retention(None)
+    assert log.apply_retention(now=250.0, max_age=100.0, max_events=None) == 2
+    assert [e.seq for e in reader.replay((), 0, 10)] == [5, 6, 7, 8]
+    log.hold_retention(6)
+    assert log.apply_retention(now=250.0, max_age=None, max_events=1) == 2  # 5 6
+    assert [e.seq for e in reader.replay((), 0, 10)] == [7, 8]
+
+
 def test_retention_during_an_index_merge_forgets_deleted_uuids(path: Path) -> None:
     log = SqliteEventLog(path, uuid_merge_every=10)
     for b in range(4):  # the first batch's uuids are being merged into the index
