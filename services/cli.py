@@ -3,6 +3,7 @@
 zbus up [--config FILE] [--state-dir DIR]   run the local cluster in the foreground
 zbus down [--state-dir DIR]                 stop it
 zbus keys generate NAME [--dir DIR]         write a CURVE key pair
+zbus jobs submit QUEUE NAME [-p K=V ...]    submit a job, print its result
 zbus <service> [--flag value ...]           run one service (flags as ZBUS_* settings)
 """
 
@@ -42,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("name")
     gen.add_argument("--dir", type=Path, default=Path(".zbus/keys"))
 
+    from services.jobs_cli import add_parser as add_jobs
+
+    add_jobs(sub)
+
     for name in _available_services():
         sub.add_parser(name, help=f"run the {name} service", add_help=False)
     return parser
@@ -78,6 +83,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         public, secret = generate_keys(args.dir, args.name)
         print(f"public key: {public}\nsecret key: {secret} (keep it private)")
         return 0
+    if args.command == "jobs":
+        from services.jobs_cli import run as run_jobs
+
+        return run_jobs(args)
     raise AssertionError(args.command)
 
 
