@@ -56,6 +56,7 @@ __all__ = [
     "Outcome",
     "UnknownJobError",
     "Worker",
+    "current_job_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,15 @@ _F = TypeVar("_F", bound=JobFunction)
 
 class UnknownJobError(LookupError):
     """No job is registered under the call's name (and importing is off or failed)."""
+
+
+_current = threading.local()
+
+
+def current_job_id() -> str | None:
+    """The id of the job running in the calling thread (``None`` outside a job)."""
+    job_id: str | None = getattr(_current, "job_id", None)
+    return job_id
 
 
 # --------------------------------------------------------------------------- built-in jobs
@@ -499,11 +509,12 @@ class Worker:
             except Exception:
                 log.exception("before_job hook failed")
         assert self._threads is not None  # requests arrive only while running
-        self._threads.submit(lambda: self._work(key, call))
+        self._threads.submit(lambda: self._work(key, call, request.msgid))
 
-    def _work(self, key: int, call: emqp.EventmqCall) -> None:
+    def _work(self, key: int, call: emqp.EventmqCall, job_id: str) -> None:
         """In a job thread: run the call, then hand the answer to the worker's loop."""
         started = time.perf_counter()
+        _current.job_id = job_id
         try:
             value = self._resolve(call)(*call.args, **call.kwargs)
             if inspect.isawaitable(value):
@@ -517,6 +528,7 @@ class Worker:
             log.info("job failed", exc_info=True, extra={"callable": call.callable})
             body = _error_body(type(exc).__name__, _describe(exc))
             outcome = "failed"
+        _current.job_id = None
         seconds = time.perf_counter() - started
         loop = self._loop
         if loop is not None:

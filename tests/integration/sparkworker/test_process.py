@@ -1,0 +1,107 @@
+"""``zbus sparkworker`` as a process of its own, building its own session: a job that
+stops the session does not take the worker down, and SIGTERM stops it cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from services.broker.client import AsyncBrokerClient
+from tests.support.archive import make_events, write_archive
+from tests.support.broker import running_broker
+from tests.support.waiting import UNIT, async_wait_for
+
+ROOT = Path(__file__).resolve().parents[3]
+WAIT = 90 * UNIT  # a cold session in a new process, twice
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.slow
+async def test_own_session_survives_a_job_that_stops_it(tmp_path: Path) -> None:
+    events = make_events(40, ("a/1", "a/2"), datetime(2024, 3, 9, tzinfo=UTC))
+    write_archive(tmp_path / "archive", events)
+    admin = f"http://127.0.0.1:{free_port()}"
+    async with running_broker(tmp_path / "broker") as broker:
+        log = (tmp_path / "sparkworker.log").open("w")
+        process = await asyncio.create_subprocess_exec(
+            *[
+                sys.executable,
+                "-m",
+                "services.cli",
+                "sparkworker",
+                "--admin-port",
+                admin.rsplit(":", 1)[1],
+                "--broker-endpoint",
+                broker.endpoints["workers"],
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--archive-path",
+                str(tmp_path / "archive"),
+                "--spark-master",
+                "local[1]",
+                "--spark-conf",
+                "spark.sql.shuffle.partitions=2",
+                "--spark-jobs",
+                "stops=tests.support.spark_jobs:stops_session",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            async with (
+                httpx.AsyncClient(base_url=admin) as http,
+                AsyncBrokerClient(broker.endpoints["clients"]) as client,
+            ):
+
+                async def ready() -> bool:
+                    assert process.returncode is None, (tmp_path / "sparkworker.log").read_text()
+                    try:
+                        return (await http.get("/readyz")).status_code == 200
+                    except httpx.TransportError:
+                        return False
+
+                await async_wait_for(ready, within=WAIT, what="the sparkworker process")
+                first: dict[str, Any] = (await http.get("/api/v1/spark")).json()
+                assert (first["adopted"], first["master"], first["restarts"]) == (
+                    False,
+                    "local[1]",
+                    0,
+                )
+
+                stopped = await client.submit_and_wait("spark", "stops", timeout=WAIT)
+                assert stopped["result"] == "stopped"
+                stats = await client.submit_and_wait("spark", "topic-stats", timeout=WAIT)
+                assert stats["result"]["events"] == 40
+                again: dict[str, Any] = (await http.get("/api/v1/spark")).json()
+                assert again["restarts"] == 1 and again["up"] is True
+                assert again["app_id"] != first["app_id"]
+                metrics = (await http.get("/metrics")).text
+                assert "zbus_spark_session_restarts_total 1.0" in metrics
+                assert "zbus_spark_session_up 1.0" in metrics
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = await asyncio.wait_for(process.wait(), 60 * UNIT)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                log.close()
+    assert code == 0, (tmp_path / "sparkworker.log").read_text()
+    assert "service stopped" in (tmp_path / "sparkworker.log").read_text()
