@@ -32,6 +32,7 @@ import zmq
 from fastapi import FastAPI, HTTPException, Query
 from prometheus_client import Counter
 
+from services import dashboard
 from services.catalog.config import CatalogSettings
 from services.catalog.core import CatalogCore
 from services.catalog.discovery import BeaconSender
@@ -48,6 +49,7 @@ from services.common.security import peer_key
 from services.common.service import Service
 from services.common.settings import ConfigError
 from services.common.wire import send_frames
+from services.dashboard.cluster import ClusterTarget, admin_url, gather_cluster
 
 log = logging.getLogger(__name__)
 
@@ -358,6 +360,25 @@ class CatalogService(Service):
         ) -> dict[str, Any]:
             """Recent log records of one service, newest first (``level``: minimum)."""
             return {"service": name, "logs": self._query_logs(name, level, text, limit)}
+
+        @app.get("/api/v1/cluster", tags=["cluster"])
+        async def cluster() -> dict[str, Any]:
+            """The catalog and every registered service as its own admin API describes
+            it (``/api/v1/info`` and ``/readyz``, asked concurrently by the catalog); a
+            service that does not answer has an ``error`` instead."""
+            now = self.clock.time()
+            targets = [
+                ClusterTarget(r.name, r.state, admin_url(r.info, r.address))
+                for r in self.core.nodes()
+            ]
+            checks = self.readiness()
+            return {
+                "time": now,
+                "catalog": {**self.info(), "ready": all(checks.values()), "checks": checks},
+                "services": await gather_cluster(targets),
+            }
+
+        dashboard.mount(app)
 
     def _query_logs(
         self, service: str | None, level: str | None, text: str | None, limit: int
