@@ -184,6 +184,9 @@ class Cluster:
             info = _get_json(f"http://127.0.0.1:{spec.admin_port}/api/v1/info") or {}
             for name, endpoint in sorted(info.get("endpoints", {}).items()):
                 self.say(f"  {spec.name:<12} {name:<12} {endpoint}")
+        catalog = next((spec for spec in self.specs if spec.module == "services.catalog"), None)
+        if catalog is not None:
+            self.say(f"\ndashboard: http://127.0.0.1:{catalog.admin_port}/dashboard")
         self.say(f"\nlogs in {self.state_dir / 'logs'}; Ctrl-C or `make down` stops the cluster")
 
     def _watch(self) -> None:

@@ -9,8 +9,10 @@ import time
 from typing import Any
 
 # Attributes every LogRecord has; anything else passed through ``extra=`` is a field.
-_STANDARD = frozenset(
-    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+# uvicorn's ``color_message`` repeats the message with terminal colour codes.
+STANDARD_ATTRIBUTES = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
+    | {"message", "asctime", "color_message"}
 )
 
 
@@ -31,7 +33,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key not in STANDARD_ATTRIBUTES and not key.startswith("_"):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
@@ -52,3 +54,7 @@ def configure_logging(service: str, level: str = "INFO") -> None:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+    # httpx logs every outgoing request at INFO (the catalog's cluster view makes two per
+    # service every refresh); its warnings and errors still come through.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

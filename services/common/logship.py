@@ -28,6 +28,7 @@ from typing import Any
 
 import zmq
 
+from services.common.logs import STANDARD_ATTRIBUTES
 from services.eventbus.client import EndpointsArg, EventBusClient
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,6 @@ __all__ = ["LOG_TOPIC_PREFIX", "LogShipper", "install_log_shipping", "record_fie
 
 LOG_TOPIC_PREFIX = "/zbus/logs/"
 _UNSHIPPED = ("services.eventbus.client", __name__)
-# Attributes every LogRecord has; anything else passed through ``extra=`` is a field.
-_STANDARD = frozenset(
-    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
-)
 _SCALARS = (str, int, float, bool, type(None))
 _EXC_FORMATTER = logging.Formatter()
 
@@ -65,7 +62,7 @@ def record_fields(record: logging.LogRecord, service: str) -> dict[str, Any]:
         "msg": record.getMessage(),
     }
     for key, value in vars(record).items():
-        if key not in _STANDARD and not key.startswith("_"):
+        if key not in STANDARD_ATTRIBUTES and not key.startswith("_"):
             entry[key] = _plain(value)
     if record.exc_info:
         entry["exc"] = _EXC_FORMATTER.formatException(record.exc_info)

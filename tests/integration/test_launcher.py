@@ -160,6 +160,8 @@ def test_bad_cluster_files_are_clear_errors(tmp_path: Path, content: str, messag
 def test_the_shipped_cluster_file_loads() -> None:
     specs = load_cluster(ROOT / "deploy" / "local-cluster.toml")
     assert [s.name for s in specs] == [s.name for s in specs if s.module.startswith("services.")]
+    names = [s.name for s in specs]
+    assert names[0] == "catalog" and {"eventbus", "broker", "sparkworker"} <= set(names)
 
 
 def test_keys_generate_writes_a_usable_pair(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ def test_log_lines_are_single_json_objects_with_extra_fields() -> None:
         "zbus.test", logging.WARNING, __file__, 1, "bad %s", ("frame",), None
     )
     record.reason = "malformed"
+    record.color_message = "\x1b[36mbad frame\x1b[0m"  # uvicorn's; not a field
     line = JsonFormatter("eventbus").format(record)
     assert "\n" not in line
     entry = json.loads(line)
@@ -58,6 +59,7 @@ def test_log_lines_are_single_json_objects_with_extra_fields() -> None:
     assert entry["service"] == "eventbus"
     assert entry["msg"] == "bad frame"
     assert entry["reason"] == "malformed"
+    assert "color_message" not in entry
     assert entry["ts"].endswith("Z")
 
 
