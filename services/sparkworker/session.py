@@ -25,6 +25,7 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 
 from services.sparkworker.archive import SESSION_CONF, require_session_conf
+from services.sparkworker.datasource import register as register_datasource
 
 __all__ = ["DEFAULT_CONF", "SparkSessionManager", "session_factory"]
 
@@ -220,6 +221,7 @@ class SparkSessionManager:
 
     def _adopt(self, spark: SparkSession) -> None:
         require_session_conf(spark)
+        register_datasource(spark)  # jobs may read the live bus: spark.read.format("zbus")
         sc = spark.sparkContext
         self._conf = [(k, v) for k, v in sc.getConf().getAll() if k not in _RUNTIME_KEYS]
         self.master = sc.master or ""

@@ -59,3 +59,11 @@ def held(spark: SparkSession, params: dict[str, Any]) -> dict[str, Any]:
     if not GATE.wait(float(params.get("timeout", 60))):
         raise TimeoutError("the gate stayed closed")
     return {"released": True}
+
+
+def bus_topics(spark: SparkSession, params: dict[str, Any]) -> dict[str, Any]:
+    """Events per topic read from the live bus with the ``zbus`` data source."""
+    reader = spark.read.format("zbus").option("endpoint", params["endpoint"])
+    frame = reader.option("subtrees", params.get("subtrees", "")).load()
+    counts = {row["topic"]: row["count"] for row in frame.groupBy("topic").count().collect()}
+    return {"counts": counts}

@@ -34,7 +34,7 @@ from tests.support.waiting import UNIT, async_wait_for
 TOPIC = "/zbus/pipeline/results"
 USER_JOBS = ",".join(
     f"{name}=tests.support.spark_jobs:{name}"
-    for name in ("squares", "numbers", "broken", "fails", "held")
+    for name in ("squares", "numbers", "broken", "fails", "held", "bus_topics")
 )
 WAIT = 60 * UNIT  # for a job's result: Spark's first queries in a process are slow
 
@@ -166,6 +166,17 @@ async def test_jobs_through_the_broker(tmp_path: Path, events: list[ArchivedEven
             ]
             assert pq.read_table(table["output"]).num_rows == 7
 
+            # A job reading the live bus through the zbus data source.
+            for i in range(5):
+                await bus_client.publish(f"/live/{i % 2}", {"i": i}, confirm=True)
+            live = await client.submit_and_wait(
+                "spark",
+                "bus_topics",
+                kwargs={"endpoint": endpoints.snapshot, "subtrees": "/live/"},
+                timeout=WAIT,
+            )
+            assert live["result"]["counts"] == {"/live/0": 3, "/live/1": 2}
+
             # Failures reach the client, and the worker goes on serving.
             with pytest.raises(JobFailed) as failed:
                 await client.submit_and_wait("spark", "broken", timeout=WAIT)
@@ -231,7 +242,7 @@ async def test_jobs_through_the_broker(tmp_path: Path, events: list[ArchivedEven
                 return samples(text).get(key, 0)
 
             async def all_announced() -> bool:
-                return await result_announcements() >= 5  # the five jobs that succeeded
+                return await result_announcements() >= 6  # the six jobs that succeeded
 
             await async_wait_for(all_announced, within=WAIT, what="result announcements")
             metrics = samples((await http.get("/metrics")).text)
@@ -245,7 +256,7 @@ async def test_jobs_through_the_broker(tmp_path: Path, events: list[ArchivedEven
             assert jobs("broken", "failed") == 1
             assert jobs("other", "failed") == 1
             assert jobs("compact", "succeeded") == 0
-            assert metrics[("zbus_spark_job_seconds_count", ())] == 9
+            assert metrics[("zbus_spark_job_seconds_count", ())] == 10
             # topic-stats read its events; numbers wrote 7 rows.
             assert metrics[("zbus_spark_rows_processed_total", ())] == len(chosen) + 7
             assert metrics[("zbus_spark_session_up", ())] == 1
