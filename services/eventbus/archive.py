@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from services.common.archive_schema import ARCHIVE_SCHEMA
 from services.common.clock import Clock
 from services.common.rejects import LogLimiter
 from services.eventbus.metrics import BusMetrics
@@ -52,17 +53,6 @@ from services.eventbus.store import Event, SqliteLogReader, StoreError
 
 log = logging.getLogger(__name__)
 
-#: The columns of every archive file, exactly; readers of the archive depend on it.
-ARCHIVE_SCHEMA = pa.schema(
-    [
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("producer", pa.string(), nullable=False),
-        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("uuid", pa.string(), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-    ]
-)
 _TS = ARCHIVE_SCHEMA.field("ts").type
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_US = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)

@@ -37,41 +37,18 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import (
-    BinaryType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
+from services.common.archive_schema import EVENT_ROWS_SCHEMA
 from services.common.protocols.eventbus_ext import MAX_LIMIT
 from services.eventbus.client import Event, LogReader
+from services.sparkworker.archive import EVENT_SCHEMA
 
 __all__ = ["SCHEMA", "SequenceRange", "ZbusDataSource", "ZbusOptions", "register"]
 
-SCHEMA = StructType(
-    [
-        StructField("seq", LongType()),
-        StructField("topic", StringType()),
-        StructField("producer", StringType()),
-        StructField("ts", TimestampType()),
-        StructField("uuid", StringType()),
-        StructField("data", BinaryType()),
-    ]
-)
+SCHEMA = EVENT_SCHEMA
 # What Spark expects of a RecordBatch for SCHEMA (it converts timestamps in UTC).
-ARROW_SCHEMA = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("topic", pa.string()),
-        ("producer", pa.string()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("uuid", pa.string()),
-        ("data", pa.binary()),
-    ]
-)
+ARROW_SCHEMA = EVENT_ROWS_SCHEMA
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5556"
 DEFAULT_PARTITION_SIZE = 100_000  # sequences per input partition (one task each)

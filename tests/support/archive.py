@@ -17,16 +17,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ARROW_SCHEMA = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("topic", pa.string()),
-        ("producer", pa.string()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("uuid", pa.string()),
-        ("data", pa.binary()),
-    ]
-)
+from services.common.archive_schema import EVENT_ROWS_SCHEMA
+
+ARROW_SCHEMA = EVENT_ROWS_SCHEMA
 
 
 @dataclass(frozen=True, slots=True)
