@@ -9,6 +9,7 @@ archives work as local ones do.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from pyspark.sql.types import (
 __all__ = [
     "ARCHIVE_SCHEMA",
     "EVENT_SCHEMA",
+    "MARK",
     "SESSION_CONF",
     "FileEntry",
     "HadoopFiles",
@@ -38,6 +40,7 @@ __all__ = [
     "local_or_uri",
     "partition_name",
     "read_archive",
+    "read_mark",
     "require_session_conf",
 ]
 
@@ -64,6 +67,29 @@ SESSION_CONF: Final = {
 # The producer's timestamp and the day the event was archived under may differ (clock
 # skew, late events): pruning by date keeps this much slack on each side.
 _DATE_SLACK: Final = timedelta(days=1)
+
+
+#: The archiver's high-water mark under the archive root (docs/archive.md).
+MARK: Final = "_zbus_archive.json"
+
+
+def read_mark(files: HadoopFiles, root: str) -> int | None:
+    """The archiver's ``archived_through``, or ``None`` when the archive has no mark.
+
+    Raises:
+        ValueError: a mark this worker cannot read.
+    """
+    path = f"{root}/{MARK}"
+    if not files.exists(path):
+        return None
+    try:
+        doc = json.loads(files.read(path))
+    except ValueError:
+        doc = None
+    mark = doc.get("archived_through") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("version") != 1 or type(mark) is not int:
+        raise ValueError(f"{path} is not an archive mark (version 1) this worker reads")
+    return mark
 
 
 def require_session_conf(spark: SparkSession) -> None:
@@ -94,12 +120,19 @@ def read_archive(
 
     Partitions are pruned by date when a bound is given (with a day of slack, since the
     partition is not necessarily the producer's day). A missing or empty archive reads
-    as no events.
+    as no events. In an archive the bus writes, only events up to its mark count: a file
+    above it is what a flush left when the bus stopped between writing the file and
+    moving the mark, and the bus deletes and writes it again when it starts.
+
+    Raises:
+        ValueError: the archive's mark is there but cannot be read.
     """
-    if not HadoopFiles(spark, root).exists(root):
+    files = HadoopFiles(spark, root)
+    if not files.exists(root):
         return spark.createDataFrame([], ARCHIVE_SCHEMA)
+    mark = read_mark(files, root)
     frame = spark.read.schema(ARCHIVE_SCHEMA).option("basePath", root).parquet(root)
-    conditions: list[Column] = []
+    conditions: list[Column] = [] if mark is None else [F.col("seq") <= F.lit(mark)]
     if since is not None:
         conditions.append(F.col("date") >= F.lit((since - _DATE_SLACK).date()))
         conditions.append(F.col("ts") >= F.lit(since))

@@ -40,11 +40,13 @@ from pyspark.sql import functions as F
 
 from services.sparkworker.archive import (
     EVENT_SCHEMA,
+    MARK,
     FileEntry,
     HadoopFiles,
     is_data_name,
     local_or_uri,
     partition_name,
+    read_mark,
     require_session_conf,
 )
 from services.sparkworker.errors import ParamError, SparkWorkerError
@@ -65,7 +67,6 @@ _PARTITION: Final = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
 _OLD: Final = "_old-"
 _TEMP: Final = "_compact-"
 _FILE: Final = re.compile(r"part-(\d{20})-(\d{20})\.parquet")
-MARK: Final = "_zbus_archive.json"  # the archiver's high-water mark (docs/archive.md)
 MARKER: Final = "_zbus_compaction.json"  # in a rewritten partition until its swap is done
 # Files Spark writes beside its output that a partition does not need.
 _SPARK_MARKERS: Final = ("_SUCCESS", "._SUCCESS.crc")
@@ -82,25 +83,6 @@ class CompactionError(SparkWorkerError):
 def _lock(root: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(local_or_uri(root).rstrip("/"), threading.Lock())
-
-
-def read_mark(files: HadoopFiles, root: str) -> int | None:
-    """The archiver's ``archived_through``, or ``None`` when the archive has no mark.
-
-    Raises:
-        CompactionError: a mark this worker cannot read.
-    """
-    path = f"{root}/{MARK}"
-    if not files.exists(path):
-        return None
-    try:
-        doc = json.loads(files.read(path))
-    except ValueError:
-        doc = None
-    mark = doc.get("archived_through") if isinstance(doc, dict) else None
-    if not isinstance(doc, dict) or doc.get("version") != 1 or type(mark) is not int:
-        raise CompactionError(f"{path} is not an archive mark (version 1) this worker reads")
-    return mark
 
 
 def _merge(files: HadoopFiles, source: str, target: str) -> None:
@@ -295,7 +277,10 @@ def compact(
     files = HadoopFiles(spark, root)
     with _lock(root):
         recovered = recover(files, root)
-        mark = read_mark(files, root)
+        try:
+            mark = read_mark(files, root)
+        except ValueError as exc:
+            raise CompactionError(str(exc)) from None
         present = sorted(
             date.fromisoformat(m.group(1))
             for e in files.list(root)

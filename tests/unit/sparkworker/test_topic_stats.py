@@ -15,7 +15,8 @@ from pyspark.sql import SparkSession
 from services.sparkworker.errors import ParamError
 from services.sparkworker.jobs.topic_stats import topic_stats
 from services.sparkworker.results import materialise
-from tests.support.archive import ArchivedEvent
+from tests.support.archive import ArchivedEvent, make_events, write_archive
+from tests.unit.sparkworker.conftest import START
 
 
 def expected(
@@ -101,6 +102,20 @@ def test_everything(
     check(result, stats, window)
     assert result["window"]["since"] == events[0].ts.isoformat().replace("+00:00", "Z")
     assert result["window"]["until"] == events[-1].ts.isoformat().replace("+00:00", "Z")
+
+
+def test_a_file_above_the_archivers_mark_is_not_counted(
+    spark: SparkSession, archive: Path, events: list[ArchivedEvent], tmp_path: Path
+) -> None:
+    # A flush that wrote its file and stopped before moving the mark: the bus rewrites
+    # those events when it starts, so counting them now would count them twice later.
+    write_archive(archive, make_events(50, ("sensors/temp",), START, first_seq=601))
+    result = run(spark, archive, tmp_path / "out")
+    stats, window = expected(events)
+    check(result, stats, window)
+    (archive / "_zbus_archive.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not an archive mark"):
+        run(spark, archive, tmp_path / "out2")
 
 
 def test_window_and_prefix(
