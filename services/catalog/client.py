@@ -68,6 +68,7 @@ from services.common.protocols.dbp import (
     encode_datagram,
 )
 from services.common.protocols.errors import ProtocolError
+from services.common.security import KeyPair, make_client
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -166,6 +167,8 @@ class CatalogNode:
         register_timeout: total seconds :meth:`start` keeps trying to register before
             it raises :class:`CatalogUnavailable`; None tries for ever.
         on_state: called with each new :class:`NodeState`.
+        curve: ``(this node's key pair, the catalog's public key)`` to talk to a catalog
+            that runs CURVE (its policy may then refuse the node's key with DENIED).
     """
 
     def __init__(
@@ -182,6 +185,7 @@ class CatalogNode:
         backoff: tuple[float, float] = (0.1, 5.0),
         register_timeout: float | None = None,
         on_state: Callable[[NodeState], None] | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         if not heartbeat_interval > 0:
             raise ValueError("heartbeat_interval must be positive")
@@ -198,6 +202,7 @@ class CatalogNode:
         )
         self.backoff = backoff
         self.register_timeout = register_timeout
+        self.curve = curve
         self.on_state = on_state
         #: Configuration from the last APPROVED.
         self.config: JSONObject = {}
@@ -333,6 +338,8 @@ class CatalogNode:
     def _open_socket(self) -> zmq.asyncio.Socket:
         self._close_socket()
         sock = self._ctx.socket(zmq.DEALER)
+        if self.curve is not None:
+            make_client(sock, *self.curve)
         self._identity = uuid.uuid4().bytes
         sock.identity = self._identity
         sock.linger = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.auth
@@ -63,7 +64,7 @@ def make_server(sock: zmq.Socket[bytes], keys: KeyPair) -> None:
     sock.curve_server = True
 
 
-def make_client(sock: zmq.Socket[bytes], keys: KeyPair, server_public: bytes) -> None:
+def make_client(sock: zmq.Socket[Any], keys: KeyPair, server_public: bytes) -> None:
     """Make ``sock`` a CURVE client of a server whose public key is ``server_public``."""
     if keys.secret is None:
         raise ConfigError("a CURVE client needs a secret key file, not a public one")

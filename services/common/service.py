@@ -176,6 +176,11 @@ class Service:
         self._sockets.append(sock)
 
     @property
+    def curve_keys(self) -> KeyPair | None:
+        """This service's CURVE key pair (``curve_secret_key``), once started."""
+        return self._keys
+
+    @property
     def allowed_client_keys(self) -> frozenset[bytes] | None:
         """The CURVE client keys of the ZAP allow-list, or None when there is none."""
         return None if self._zap is None else self._zap.keys
@@ -227,6 +232,8 @@ class Service:
                 self._zap.start()
         elif self.settings.curve_allowed_clients is not None:
             raise ConfigError("curve_allowed_clients needs curve_secret_key as well")
+        if self.settings.catalog_public_key is not None and self._keys is None:
+            raise ConfigError("catalog_public_key needs curve_secret_key as well")
         await self.start()
         await self._start_admin()
         self._tasks = [asyncio.create_task(self._guard(c)) for c in self.background()]

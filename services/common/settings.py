@@ -56,6 +56,11 @@ class ServiceSettings(BaseSettings):
         description="the catalog's DBP endpoint tcp://host:5246 the service registers with "
         "(empty: none)",
     )
+    catalog_public_key: Path | None = Field(
+        None,
+        description="the catalog's CURVE public key file: registration then runs over "
+        "CURVE with this service's own key pair (curve_secret_key)",
+    )
     node_name: str = Field(
         "", description="the name the service registers under (empty: the service's name)"
     )

@@ -6,12 +6,15 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
 import zmq
 import zmq.asyncio
 
 from services.common.protocols import dbp
 from services.common.security import generate_keys, load_keys, make_client
+from services.common.settings import ConfigError
 from tests.integration.catalog.test_catalog import _info, running_catalog
+from tests.support.echo_service import EchoService, EchoSettings
 from tests.support.waiting import UNIT, async_wait_for
 
 
@@ -97,3 +100,58 @@ async def test_a_hermes_node_registers_and_heartbeats_over_udp(tmp_path: Path) -
             udp.close()
             node.close()
             twin.close()
+
+
+async def test_services_register_over_curve_and_unlisted_ones_are_denied(
+    tmp_path: Path,
+) -> None:
+    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
+    catalog_public, catalog_secret = generate_keys(keys, "catalog")
+    good_public, good_secret = generate_keys(keys, "good")
+    _, rogue_secret = generate_keys(keys, "rogue")
+    allowed.mkdir()
+    (allowed / "good.key").write_bytes(good_public.read_bytes())
+    async with running_catalog(
+        tmp_path / "catalog", curve_secret_key=catalog_secret, curve_allowed_clients=allowed
+    ) as catalog:
+        services = {
+            name: EchoService(
+                EchoSettings(
+                    data_dir=tmp_path / name,
+                    node_name=name,
+                    catalog_endpoint=catalog.endpoints["dbp"],
+                    catalog_public_key=catalog_public,
+                    curve_secret_key=secret,
+                )
+            )
+            for name, secret in (("svc-good", good_secret), ("svc-rogue", rogue_secret))
+        }
+        tasks = [asyncio.create_task(s.run()) for s in services.values()]
+        try:
+
+            async def settled() -> bool:
+                counters = catalog.core.counters
+                return (
+                    counters["registrations_approved"] >= 1
+                    and counters["registrations_denied_policy"] >= 1
+                )
+
+            await async_wait_for(settled, what="one approval and one denial")
+            assert [r.name for r in catalog.core.nodes()] == ["svc-good"]
+
+            async def good_ready() -> bool:
+                return services["svc-good"].readiness().get("catalog", False)
+
+            await async_wait_for(good_ready, what="the listed service registered")
+            assert services["svc-rogue"].readiness()["catalog"] is False
+        finally:
+            for service in services.values():
+                service.request_stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20 * UNIT)
+
+
+async def test_catalog_key_without_a_key_pair_is_a_config_error(tmp_path: Path) -> None:
+    public, _ = generate_keys(tmp_path / "keys", "catalog")
+    service = EchoService(EchoSettings(data_dir=tmp_path, catalog_public_key=public))
+    with pytest.raises(ConfigError, match="catalog_public_key needs curve_secret_key"):
+        await asyncio.wait_for(service.run(), 10 * UNIT)
