@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import zmq
@@ -15,7 +16,7 @@ import zmq
 from services.broker.store import JobStore
 from services.common.protocols import emqp
 from tests.support.broker import DIALECT, call_body, new_id
-from tests.support.waiting import UNIT
+from tests.support.waiting import UNIT, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -44,6 +45,12 @@ def _start(data_dir: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
         if entry["msg"] == "service ready":
             return proc, entry["endpoints"]
     raise AssertionError(f"broker exited before it was ready: {proc.wait()}")
+
+
+def _state(admin: str, job_id: str) -> str | None:
+    with urllib.request.urlopen(f"{admin}/api/v1/jobs/{job_id}", timeout=10) as answer:
+        state: str | None = json.loads(answer.read()).get("state")
+        return state
 
 
 class _Peer:
@@ -113,6 +120,12 @@ def test_jobs_survive_kill_9_and_acknowledged_results_do_not_run_again(tmp_path:
             executed_after_restart.append(request.msgid)
             worker.send(emqp.Reply(new_id(), b'{"value": "second"}', request.msgid))
             worker.send(emqp.Ready(new_id()))
+        admin = endpoints["admin"]
+
+        def all_succeeded() -> bool:  # the last REPLYs reached the broker and its store
+            return all(_state(admin, job_id) == "succeeded" for job_id in jobs)
+
+        wait_for(all_succeeded, what="every job succeeded")
         worker.sock.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

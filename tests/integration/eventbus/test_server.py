@@ -46,8 +46,6 @@ async def test_spec_client_publishes_snapshots_and_receives_broadcasts(tmp_path:
         collector = ctx.socket(zmq.DEALER)
         collector.connect(bus.endpoints["collector"])
         sub = ctx.socket(zmq.SUB)
-        sub.subscribe(b"/demo/")
-        sub.connect(bus.endpoints["publisher"])
         try:
             # Two versions of /demo/a and one /other event: the snapshot has the latest of each.
             for topic, value in (("/demo/a", b"1"), ("/demo/a", b"2"), ("/other/x", b"3")):
@@ -73,6 +71,9 @@ async def test_spec_client_publishes_snapshots_and_receives_broadcasts(tmp_path:
             assert [s.sequence for s in since] == [3] and end.subtrees == ("/demo/", "/other/")
 
             # Live: once the subscription reached the bus, a PUB comes back as BROADCAST.
+            # (Subscribed only now: the events above must not come back as broadcasts.)
+            sub.subscribe(b"/demo/")
+            sub.connect(bus.endpoints["publisher"])
             await async_wait_for(
                 lambda: asyncio.sleep(0, b"/demo/" in bus.pipeline.subscriptions.prefixes),
                 what="subscription at the bus",
