@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -438,6 +438,18 @@ class ArchiveWriter:
 
 
 # ------------------------------------------------------------------- the thread
+class ArchiveTarget(Protocol):
+    """What the :class:`Archiver` drives: an :class:`ArchiveWriter`, or the same calls
+    run in a child process (:class:`~services.eventbus.archive_process.ArchiveProcess`)."""
+
+    uri: str
+    archived_through: int | None
+
+    def flush(self, now: datetime) -> FlushResult: ...
+
+    def close(self) -> None: ...
+
+
 class Archiver(threading.Thread):
     """Runs an :class:`ArchiveWriter` every ``interval`` seconds, or as soon as ``batch``
     events wait (looked at every ``poll`` seconds), until stopped; then flushes once more.
@@ -447,7 +459,7 @@ class Archiver(threading.Thread):
 
     def __init__(
         self,
-        writer: ArchiveWriter,
+        writer: ArchiveTarget,
         *,
         interval: float,
         batch: int,

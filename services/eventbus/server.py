@@ -24,7 +24,8 @@ from services.common.clock import Clock
 from services.common.protocols import eventbus_ext as ext
 from services.common.service import Service
 from services.common.sqlite import checkpoint
-from services.eventbus.archive import ArchiveError, Archiver, ArchiveWriter
+from services.eventbus.archive import ArchiveError, Archiver
+from services.eventbus.archive_process import ArchiveProcess
 from services.eventbus.config import EventBusSettings
 from services.eventbus.core import RateMeter
 from services.eventbus.metrics import BusMetrics
@@ -112,7 +113,12 @@ class EventBusService(Service):
                 raise ConfigError(f"event bus cannot start: {thread.failed}")
         if archive_uri is not None:
             self.archiver = Archiver(
-                ArchiveWriter(archive_uri, self.log_path, batch=self.settings.archive_batch),
+                ArchiveProcess(
+                    archive_uri,
+                    self.log_path,
+                    batch=self.settings.archive_batch,
+                    log_level=self.settings.log_level,
+                ),
                 interval=self.settings.archive_interval,
                 batch=self.settings.archive_batch,
                 metrics=self.metrics,

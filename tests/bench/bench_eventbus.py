@@ -16,6 +16,7 @@ size the runs; the big log is built once under .zbus/bench/ and reused.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -260,6 +261,11 @@ class Bus:
     def ep(self, offset: int) -> str:
         return f"tcp://127.0.0.1:{self.port + offset}"
 
+    def archived_through(self) -> int:
+        """The archive's mark as the bus reports it (what its timer flushed so far)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/api/v1/bus", timeout=10) as r:
+            return int((json.loads(r.read()).get("archive") or {}).get("archived_through") or 0)
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(60)
@@ -267,11 +273,19 @@ class Bus:
 
 # ------------------------------------------------------------------------- benchmarks
 def throughput(tmp: Path) -> dict[str, float]:
-    bus = Bus(tmp / "tp")
+    # The archive flushing every second, so that it runs during the measured flow.
+    bus = Bus(tmp / "tp", ZBUS_ARCHIVE_INTERVAL="1")
     bus.start()
     try:
         raw, raw_got = _flow(bus.ep(2), bus.ep(3), N, forwarder=False)
         rate, got = _client_flow(bus.ep(0), N)
+        archived = bus.archived_through()
+    finally:
+        bus.stop()
+    bus = Bus(tmp / "tp-no-archive", ZBUS_ARCHIVE="false")
+    bus.start()
+    try:
+        bare, _ = _client_flow(bus.ep(0), N)
     finally:
         bus.stop()
     c, p = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
@@ -281,6 +295,10 @@ def throughput(tmp: Path) -> dict[str, float]:
     print(
         f"throughput  bus, zbus client library: {rate:>10,.0f} events/s  "
         f"({got:,} of {N:,} received)"
+    )
+    print(
+        f"            the same, archive off:    {bare:>10,.0f} events/s; with the archive "
+        f"flushing every second ({archived:,} events archived during the run): {rate / bare:.2f}x"
     )
     print(f"            bus, raw stream sockets:  {raw:>10,.0f} events/s  ({raw_got:,} received)")
     print(f"            bare ROUTER->PUB:   {base:>12,.0f} events/s  ({base_got:,} received)")
