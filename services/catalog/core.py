@@ -141,6 +141,9 @@ class CatalogCore:
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._by_name: dict[str, _Node] = {}
         self._by_identity: dict[bytes, _Node] = {}
+        # Names by the UDP address their heartbeats come from (a UDP DISCONNECT names no
+        # node: it is found by its address without a scan of the whole registry).
+        self._by_address: dict[str, set[str]] = {}
         self._outbox: list[Outgoing] = []
         self._changes: list[NodeRecord] = []
         # One live entry per node: its next state change or HEARTBEAT, whichever is first,
@@ -234,8 +237,9 @@ class CatalogCore:
         ``address``. UDP cannot be answered here; unknown names are counted."""
         where = f"{address[0]}:{address[1]}"
         if type(cmd) is Disconnect:
-            for peer in list(self._by_name.values()):
-                if peer.confirmed and peer.record.address == where:
+            for name in list(self._by_address.get(where, ())):
+                peer = self._by_name.get(name)
+                if peer is not None and peer.confirmed and peer.record.address == where:
                     self.counters["disconnects_received"] += 1
                     self._remove(peer)
             return
@@ -247,7 +251,9 @@ class CatalogCore:
         self.counters["heartbeats_udp"] += 1
         moved = node.record.address != where
         if moved:
+            self._unindex(node.record)
             node.record = replace(node.record, address=where)
+            self._by_address.setdefault(where, set()).add(node.record.name)
         self._heard(node, now, changed=moved)
 
     def invalid_message(self) -> None:
@@ -367,6 +373,8 @@ class CatalogCore:
         # their HEARTBEATs spread over the interval, not in one burst.
         node = _Node(record, confirmed=True, next_beat=now + cfg.heartbeat_interval)
         self._by_name[name] = self._by_identity[identity] = node
+        if record.address is not None:
+            self._by_address.setdefault(record.address, set()).add(name)
         self._schedule(node)
         self._changes.append(record)
         self.counters["registrations_approved"] += 1
@@ -469,9 +477,17 @@ class CatalogCore:
         gone = replace(rec, state=liveness.step(rec.state, event))
         if self._by_name.get(rec.name) is node:
             del self._by_name[rec.name]
+            self._unindex(rec)
         if node.confirmed and self._by_identity.get(rec.identity) is node:
             del self._by_identity[rec.identity]
         self._changes.append(gone)
+
+    def _unindex(self, record: NodeRecord) -> None:
+        names = self._by_address.get(record.address or "")
+        if names is not None:
+            names.discard(record.name)
+            if not names:
+                del self._by_address[record.address or ""]
 
     def _next_change(self, node: _Node) -> float | None:
         if node.hermes and node.confirmed:

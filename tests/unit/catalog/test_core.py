@@ -333,6 +333,22 @@ def test_udp_disconnect_by_address() -> None:
     assert c.nodes() == []
 
 
+def test_udp_disconnect_finds_every_node_at_that_address_and_only_there() -> None:
+    c = core()
+    shared, other = ("10.0.0.9", 5000), ("10.0.0.9", 5001)
+    for identity, name in ((A, "a"), (B, "b"), (C, "c")):
+        register(c, identity, body=info(name))
+    c.udp_heartbeat(shared, Heartbeat("a", T0), T0)
+    c.udp_heartbeat(shared, Heartbeat("b", T0), T0)
+    c.udp_heartbeat(shared, Heartbeat("c", T0), T0)
+    c.udp_heartbeat(other, Heartbeat("c", T0), T0)  # c moved away from the shared address
+    c.udp_heartbeat(shared, Disconnect(T0 + 1), T0 + 1)
+    assert [r.name for r in c.nodes()] == ["c"]
+    assert c.counters["disconnects_received"] == 2
+    c.udp_heartbeat(other, Disconnect(T0 + 1), T0 + 1)
+    assert c.nodes() == [] and c._by_address == {}
+
+
 @pytest.mark.parametrize(
     "cmd",
     [Approved({}, T0), Denied((), T0), InfoReply({}, T0), Awk(T0)],
