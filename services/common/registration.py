@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from services.catalog.client import CatalogNode
-from services.common.security import load_keys
 
 if TYPE_CHECKING:
     from services.common.service import Service
@@ -48,12 +47,11 @@ class CatalogRegistration:
 
     def __init__(self, service: Service, endpoint: str) -> None:
         self.endpoint = endpoint
-        curve = None
-        server_key = service.settings.catalog_public_key
-        if server_key is not None and service.curve_keys is not None:
-            curve = (service.curve_keys, load_keys(server_key).public)
         self.node = CatalogNode(
-            endpoint, node_info(service), heartbeat_interval=HEARTBEAT_INTERVAL, curve=curve
+            endpoint,
+            node_info(service),
+            heartbeat_interval=HEARTBEAT_INTERVAL,
+            curve=service.curve_client(service.settings.catalog_public_key),
         )
 
     @property

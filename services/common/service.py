@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 from collections.abc import Coroutine, Generator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import uvicorn
@@ -180,6 +181,14 @@ class Service:
         """This service's CURVE key pair (``curve_secret_key``), once started."""
         return self._keys
 
+    def curve_client(self, server_key: Path | None) -> tuple[KeyPair, bytes] | None:
+        """``(this service's key pair, the server's public key)`` for a client socket of
+        this service to a CURVE server whose public key file is ``server_key``; None when
+        either is not configured."""
+        if server_key is None or self._keys is None:
+            return None
+        return self._keys, load_keys(server_key).public
+
     @property
     def allowed_client_keys(self) -> frozenset[bytes] | None:
         """The CURVE client keys of the ZAP allow-list, or None when there is none."""
@@ -232,8 +241,9 @@ class Service:
                 self._zap.start()
         elif self.settings.curve_allowed_clients is not None:
             raise ConfigError("curve_allowed_clients needs curve_secret_key as well")
-        if self.settings.catalog_public_key is not None and self._keys is None:
-            raise ConfigError("catalog_public_key needs curve_secret_key as well")
+        for name in ("catalog_public_key", "eventbus_public_key", "broker_public_key"):
+            if getattr(self.settings, name) is not None and self._keys is None:
+                raise ConfigError(f"{name} needs curve_secret_key as well")
         await self.start()
         await self._start_admin()
         self._tasks = [asyncio.create_task(self._guard(c)) for c in self.background()]

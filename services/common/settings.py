@@ -61,6 +61,16 @@ class ServiceSettings(BaseSettings):
         description="the catalog's CURVE public key file: registration then runs over "
         "CURVE with this service's own key pair (curve_secret_key)",
     )
+    eventbus_public_key: Path | None = Field(
+        None,
+        description="the event bus's CURVE public key file: what this service sends to "
+        "the bus (logs, announcements) then goes over CURVE with its own key pair",
+    )
+    broker_public_key: Path | None = Field(
+        None,
+        description="the broker's CURVE public key file: a worker then connects over "
+        "CURVE with its own key pair",
+    )
     node_name: str = Field(
         "", description="the name the service registers under (empty: the service's name)"
     )
