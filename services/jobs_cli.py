@@ -6,7 +6,9 @@ zbus jobs submit spark topic-stats -p since=2026-11-01 -p prefix=/sensors/
 Each ``-p`` value is read as JSON when it parses (``-p limit=10`` is the number 10,
 ``-p tags='["a"]'`` a list) and as text otherwise. The parameters travel as the call's
 keyword arguments (eMQP REQUEST, eventmq's JSON call body); the result is printed as
-JSON on stdout. Exit status: 0 done, 1 the job failed, 2 a usage or connection error,
+JSON on stdout. Against a broker that runs CURVE, ``--curve-secret-key FILE`` (this
+client's secret key file) and ``--broker-public-key FILE`` (the broker's public key file)
+go together. Exit status: 0 done, 1 the job failed, 2 a usage or connection error,
 3 no result within ``--wait``.
 """
 
@@ -15,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from services.broker.client import DEFAULT_ENDPOINT, BrokerClient, BrokerClientError, JobFailed
+from services.common.security import KeyPair, load_keys
+from services.common.settings import ConfigError
 
 
 def add_parser(sub: Any) -> None:
@@ -44,6 +49,20 @@ def add_parser(sub: Any) -> None:
     )
     submit.add_argument("--retries", type=int, default=None, help="runs after a failure")
     submit.add_argument("--job-timeout", type=float, default=None, help="seconds one run may take")
+    submit.add_argument(
+        "--curve-secret-key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="this client's CURVE secret key file (with --broker-public-key)",
+    )
+    submit.add_argument(
+        "--broker-public-key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the broker's CURVE public key file (with --curve-secret-key)",
+    )
 
 
 def parse_params(pairs: list[str], params_json: str | None) -> dict[str, Any]:
@@ -72,13 +91,34 @@ def parse_params(pairs: list[str], params_json: str | None) -> dict[str, Any]:
     return params
 
 
+def curve_keys(
+    secret_key: Path | None, broker_public_key: Path | None
+) -> tuple[KeyPair, bytes] | None:
+    """The client's ``curve`` argument from the two key files; None when neither is given.
+
+    Raises:
+        ValueError: only one of the two is given.
+        ConfigError: a file is missing or not a ZeroMQ key file, or the client's has no
+            secret key.
+    """
+    if secret_key is None and broker_public_key is None:
+        return None
+    if secret_key is None or broker_public_key is None:
+        raise ValueError("--curve-secret-key and --broker-public-key go together")
+    keys = load_keys(secret_key)
+    if keys.secret is None:
+        raise ConfigError(f"--curve-secret-key {secret_key} holds no secret key")
+    return keys, load_keys(broker_public_key).public
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         params = parse_params(args.param, args.params)
-    except ValueError as exc:
+        curve = curve_keys(args.curve_secret_key, args.broker_public_key)
+    except ValueError as exc:  # ConfigError (a key file) is a ValueError too
         print(f"zbus jobs: {exc}", file=sys.stderr)
         return 2
-    client = BrokerClient(args.broker)
+    client = BrokerClient(args.broker, curve=curve)
     try:
         job_id = client.submit(
             args.queue,

@@ -26,6 +26,13 @@ Whatever arrives from the wire that is not a well-formed answer is counted in
 ``counters`` (``malformed``, ``unexpected``) and dropped, never raised to the caller.
 eventmq's 5-frame hand-off notices are counted as ``handoffs`` and otherwise ignored.
 
+A broker that runs CURVE (``curve_secret_key``) is reached with
+``curve=(this client's KeyPair, the broker's public key)``, e.g.
+``(load_keys(Path("client.key_secret")), load_keys(Path("broker.key")).public)`` with
+:func:`services.common.security.load_keys`. With a ZAP allow-list that does not list the
+client's key the handshake fails, nothing reaches the broker, and a submit raises
+:class:`BrokerUnavailable` once ``ack_timeout`` has passed.
+
 Each client keeps one socket identity for its lifetime, so the results of its jobs still
 reach it after ZeroMQ reconnects or the broker restarts (the broker answers the
 submitter's last known identity). A client is used by one thread (or one event loop) at a

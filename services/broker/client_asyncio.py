@@ -24,6 +24,7 @@ from services.broker.client_requests import (
     _OneJobOptions,
 )
 from services.broker.client_tracker import _Outcome, _rejected, _Tracker
+from services.common.security import KeyPair
 
 __all__ = ["AsyncBrokerClient"]
 
@@ -36,6 +37,10 @@ class AsyncBrokerClient:
 
     One reader task takes every message and hands ACKs and results to the coroutines
     waiting for them, so any number of coroutines may submit and wait at once.
+
+    Args:
+        endpoint, ack_timeout, max_results, curve: as for :class:`BrokerClient`.
+        context: the ``zmq.asyncio`` context (default: the process-wide one).
     """
 
     def __init__(
@@ -45,13 +50,14 @@ class AsyncBrokerClient:
         ack_timeout: float = 5.0,
         max_results: int = 100_000,
         context: zmq.asyncio.Context | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.ack_timeout = _check_timeout(ack_timeout)
         self._tracker = _Tracker(max_results)
         ctx = context or zmq.asyncio.Context.instance()
         self._sock: zmq.asyncio.Socket = ctx.socket(zmq.DEALER)
-        _dealer(self._sock, endpoint, ack_timeout)
+        _dealer(self._sock, endpoint, ack_timeout, curve)
         self._reader: asyncio.Task[None] | None = None
         self._ack_waiters: dict[str, asyncio.Future[None]] = {}
         self._result_waiters: dict[str, list[asyncio.Future[_Outcome]]] = {}

@@ -21,6 +21,7 @@ from services.broker.client_requests import (
     _OneJobOptions,
 )
 from services.broker.client_tracker import _rejected, _Tracker
+from services.common.security import KeyPair
 from services.common.wire import send_frames
 
 __all__ = ["BrokerClient"]
@@ -36,8 +37,15 @@ class BrokerClient:
         ack_timeout: seconds a submit waits for the broker's ACK (and a send for room).
         max_results: results kept for later :meth:`result` calls; the oldest go first.
         context: the ZeroMQ context (default: the process-wide one).
+        curve: ``(this client's key pair, the broker's public key)`` to talk to a broker
+            that runs CURVE (see :mod:`services.common.security`). A broker with a ZAP
+            allow-list that does not list the client's key fails the handshake, and the
+            client sees no ACK: :class:`BrokerUnavailable`.
 
     The submit methods take the keyword options of :class:`JobOptions`.
+
+    Raises:
+        ConfigError: ``curve``'s key pair has no secret key.
     """
 
     def __init__(
@@ -47,12 +55,13 @@ class BrokerClient:
         ack_timeout: float = 5.0,
         max_results: int = 100_000,
         context: zmq.Context[Any] | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.ack_timeout = _check_timeout(ack_timeout)
         self._tracker = _Tracker(max_results)
         self._sock: zmq.Socket[Any] = (context or zmq.Context.instance()).socket(zmq.DEALER)
-        _dealer(self._sock, endpoint, ack_timeout)
+        _dealer(self._sock, endpoint, ack_timeout, curve)
         self._sent = 0
         self._closed = False
 

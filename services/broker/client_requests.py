@@ -16,6 +16,7 @@ import zmq
 
 from services.common.protocols import emqp
 from services.common.protocols.errors import FrameValueError
+from services.common.security import KeyPair, make_client
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -113,8 +114,20 @@ def call_body(
         raise TypeError(f"job arguments must be JSON values: {exc}") from None
 
 
-def _dealer(sock: zmq.Socket[Any], endpoint: str, ack_timeout: float) -> None:
+def _dealer(
+    sock: zmq.Socket[Any],
+    endpoint: str,
+    ack_timeout: float,
+    curve: tuple[KeyPair, bytes] | None = None,
+) -> None:
     sock.linger = 0
+    if curve is not None:
+        # CURVE options take effect at connect, so they are set before it.
+        try:
+            make_client(sock, *curve)
+        except Exception:
+            sock.close(linger=0)  # e.g. a public key file given as the client's own
+            raise
     # Nothing the broker sends may be dropped at its ROUTER while this client is busy
     # submitting, so this side queues without limit; it is drained on every call.
     sock.rcvhwm = 0

@@ -11,6 +11,11 @@ stalls the I/O loop and its heartbeats. The answer is the 6-frame REPLY with
 ``{"value": result}``, or ``{"error": {"type", "message"}}`` when the job raised (the
 broker then retries or gives up); then the slot is READY again.
 
+CURVE: with ``curve=(the worker's KeyPair, the broker's public key)`` every socket the
+worker opens (the first and each one after a reconnect) is a CURVE client of the broker.
+A broker whose ZAP allow-list does not list the worker's key fails every handshake, so
+such a worker is never known to the broker and never gets a job.
+
 Liveness: HEARTBEAT every ``heartbeat_interval``; a broker silent for ``heartbeat_interval
 x misses``, or one that sends DISCONNECT, gets a new socket with a new identity and a
 new INFORM (the broker cannot mix up the two connections). Jobs still running from the
@@ -47,6 +52,8 @@ import zmq.asyncio
 from services.broker.client import NO_PATH
 from services.common.protocols import emqp
 from services.common.protocols.errors import FrameValueError, ProtocolError
+from services.common.security import KeyPair, make_client
+from services.common.settings import ConfigError
 
 __all__ = [
     "BUILTIN_JOBS",
@@ -201,6 +208,11 @@ def _new_id() -> str:
     return str(uuid.uuid4())
 
 
+def _check_curve(curve: tuple[KeyPair, bytes] | None) -> None:
+    if curve is not None and curve[0].secret is None:
+        raise ConfigError("a CURVE worker needs its secret key file, not a public one")
+
+
 class Worker:
     """Runs the broker's jobs: ``await worker.run()`` until :meth:`request_stop`.
 
@@ -214,6 +226,13 @@ class Worker:
             behaviour). Off by default: a REQUEST could otherwise run any importable code.
         drain_timeout: seconds a stop waits for running jobs before it says KBYE.
         context: the ``zmq.asyncio`` context (default: the process-wide one).
+        curve: ``(this worker's key pair, the broker's public key)`` to connect to a
+            broker that runs CURVE. Kept in :attr:`curve`, which is read each time a
+            socket is opened, so it may also be set after construction, before
+            :meth:`run`.
+
+    Raises:
+        ConfigError: ``curve``'s key pair has no secret key (also from :meth:`run`).
     """
 
     def __init__(
@@ -227,6 +246,7 @@ class Worker:
         allow_import: bool = False,
         drain_timeout: float = 10.0,
         context: zmq.asyncio.Context | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         if isinstance(queues, str) or not queues or not all(queues):
             raise ValueError(f"queues: expected a sequence of non-empty names, got {queues!r}")
@@ -245,6 +265,9 @@ class Worker:
         self.misses = misses
         self.allow_import = allow_import
         self.drain_timeout = drain_timeout
+        _check_curve(curve)
+        #: ``(key pair, broker public key)`` for CURVE, or None; read at every connect.
+        self.curve = curve
         self.before_job: list[BeforeJob] = []
         self.after_job: list[AfterJob] = []
         self.counters = {
@@ -319,6 +342,7 @@ class Worker:
             "endpoint": self.endpoint,
             "identity": self.identity,
             "connected": self.connected,
+            "curve": self.curve is not None,
             "queues": list(self.queues),
             "concurrency": self.concurrency,
             "running": [
@@ -352,6 +376,7 @@ class Worker:
         """Serve until :meth:`request_stop`; then finish the running jobs and say KBYE."""
         if self._loop is not None:
             raise RuntimeError("this worker is already running")
+        _check_curve(self.curve)  # now, rather than on a reconnect in the middle of work
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         if self._stop_requested:
@@ -425,6 +450,9 @@ class Worker:
     def _connect(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
         sock.linger = 0
+        if self.curve is not None:
+            # Before connect: CURVE options apply to connections made afterwards.
+            make_client(sock, *self.curve)
         self.identity = _new_id()
         sock.setsockopt(zmq.ROUTING_ID, self.identity.encode())
         sock.connect(self.endpoint)

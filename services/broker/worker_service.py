@@ -4,11 +4,13 @@ Settings (``ZBUS_`` environment or ``--kebab-case`` flags): ``ZBUS_BROKER_ENDPOI
 ``ZBUS_QUEUES`` (comma-separated), ``ZBUS_CONCURRENCY``, ``ZBUS_IMPORT_JOBS``
 (comma-separated modules; each must define ``register_jobs(worker)``, called at start),
 ``ZBUS_ALLOW_IMPORT``, ``ZBUS_HEARTBEAT_INTERVAL``, ``ZBUS_HEARTBEAT_MISSES``, plus the
-common service settings. The built-in jobs ``noop``, ``echo``, ``sleep`` and ``fail``
-are always registered.
+common service settings. With ``ZBUS_BROKER_PUBLIC_KEY`` (the broker's public key file)
+and the service's own ``ZBUS_CURVE_SECRET_KEY`` the worker connects over CURVE; the
+broker's allow-list must then list the worker's public key. The built-in jobs ``noop``,
+``echo``, ``sleep`` and ``fail`` are always registered.
 
 Admin: ``GET /api/v1/worker`` (queues, concurrency, running jobs, jobs done and failed,
-connection state). Metrics: ``zbus_worker_jobs_total{outcome}``,
+connection state, whether it runs CURVE). Metrics: ``zbus_worker_jobs_total{outcome}``,
 ``zbus_worker_job_seconds``, ``zbus_worker_running``, ``zbus_worker_reconnects_total``,
 ``zbus_worker_dropped_messages_total{reason}``.
 
@@ -131,6 +133,9 @@ class WorkerService(Service):
         self.registry.register(_WorkerCollector(self.worker))
 
     async def start(self) -> None:
+        # The service's key pair is loaded by the base's start-up, just before this hook,
+        # so the worker's CURVE pair is built here, not in __init__, and before it runs.
+        self.worker.curve = self.curve_client(self.settings.broker_public_key)
         for name in self._modules:
             try:
                 module = importlib.import_module(name)
