@@ -17,6 +17,7 @@ from typing import Any
 
 from services.common.logship import LOG_TOPIC_PREFIX
 from services.common.protocols.errors import ProtocolError
+from services.common.security import KeyPair
 from services.eventbus.client import AsyncEventBusClient, EndpointsArg
 
 log = logging.getLogger(__name__)
@@ -139,15 +140,20 @@ def _service_of(topic: str) -> str | None:
 
 
 async def follow_logs(
-    endpoints: EndpointsArg, window: LogWindow, producer: str = "catalog"
+    endpoints: EndpointsArg,
+    window: LogWindow,
+    producer: str = "catalog",
+    *,
+    curve: tuple[KeyPair, bytes] | None = None,
 ) -> None:
     """Feed ``window`` with the records published under ``/zbus/logs/``, until cancelled.
 
     The service comes from the topic. The subscription fails over and retries by itself;
-    should it fail anyway, it starts again a second later.
+    should it fail anyway, it starts again a second later. With ``curve`` (the catalog's
+    key pair and the bus's public key) it subscribes over CURVE.
     """
     while True:
-        client = AsyncEventBusClient(endpoints, producer=producer)
+        client = AsyncEventBusClient(endpoints, producer=producer, curve=curve)
         try:
             subscription = await client.subscribe((LOG_TOPIC_PREFIX,))
             async for event in subscription:

@@ -197,7 +197,8 @@ class CatalogService(Service):
     def background(self) -> Sequence[Coroutine[Any, Any, None]]:
         tasks = [self._timer(), self._send_beats()]
         if self.settings.eventbus_endpoint:
-            tasks.append(follow_logs(self.settings.eventbus_endpoint, self.logs))
+            curve = self.curve_client(self.settings.eventbus_public_key)
+            tasks.append(follow_logs(self.settings.eventbus_endpoint, self.logs, curve=curve))
         return tasks
 
     def _poke(self) -> None:

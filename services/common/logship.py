@@ -13,6 +13,10 @@ piling up in ZeroMQ's buffers; records keep arriving on the bounded queue meanwh
 :meth:`LogShipper.close` publishes what is left, the last batch with a confirm so what
 went before it reached the bus too, within a deadline.
 
+With ``curve`` (the service's key pair and the bus's public key) the shipper's socket is
+a CURVE client, for a bus that runs CURVE; the bus's ZAP allow-list must then hold the
+service's public key, or every batch times out and is counted in :attr:`LogShipper.failed`.
+
 Records of the event bus client and of this module are not shipped, nor any record
 logged by the shipper's own thread: shipping them would feed on itself.
 """
@@ -29,6 +33,8 @@ from typing import Any
 import zmq
 
 from services.common.logs import STANDARD_ATTRIBUTES
+from services.common.security import KeyPair
+from services.common.settings import ConfigError
 from services.eventbus.client import EndpointsArg, EventBusClient
 
 log = logging.getLogger(__name__)
@@ -75,6 +81,21 @@ class LogShipper(logging.Handler):
     Counters: :attr:`shipped` (handed to the bus), :attr:`dropped` (the queue was full),
     :attr:`failed` (the bus took nothing within ``send_timeout``), :attr:`errors`
     (records that could not be formatted).
+
+    Args:
+        service: the service name, the last part of the topic.
+        endpoints: the bus (its base endpoint ``tcp://host:P``), or several in order.
+        capacity: records queued at most; beyond it the oldest is dropped.
+        batch_size: records per publish, at most.
+        send_timeout: seconds a batch may wait for the bus before it counts as failed.
+        level: the handler's level.
+        curve: ``(the service's key pair, the bus's public key)`` for a bus that runs
+            CURVE (:meth:`Service.curve_client
+            <services.common.service.Service.curve_client>` gives it).
+
+    Raises:
+        ValueError: a bad service name or option.
+        ConfigError: a ``curve`` key pair without its secret key.
     """
 
     def __init__(
@@ -86,15 +107,20 @@ class LogShipper(logging.Handler):
         batch_size: int = 500,
         send_timeout: float = 1.0,
         level: int = logging.NOTSET,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         if not service or "/" in service:
             raise ValueError(f"a service name is non-empty and has no '/': {service!r}")
         if capacity < 1 or batch_size < 1 or send_timeout <= 0:
             raise ValueError("capacity and batch_size must be positive, send_timeout too")
+        if curve is not None and curve[0].secret is None:
+            # Here, not in the thread, where the client would only disable shipping.
+            raise ConfigError("a CURVE client needs a secret key file, not a public one")
         super().__init__(level)
         self.service = service
         self.topic = LOG_TOPIC_PREFIX + service
         self.endpoints = endpoints
+        self.curve = curve
         self.capacity = capacity
         self.batch_size = batch_size
         self.send_timeout = send_timeout
@@ -171,7 +197,9 @@ class LogShipper(logging.Handler):
         ctx.setsockopt(zmq.IMMEDIATE, 1)  # no connection: a send times out, nothing piles up
         ctx.setsockopt(zmq.SNDHWM, 100)
         try:
-            client = EventBusClient(self.endpoints, producer=self.service, context=ctx)
+            client = EventBusClient(
+                self.endpoints, producer=self.service, context=ctx, curve=self.curve
+            )
         except Exception:
             log.exception("log shipping disabled: bad bus endpoints")
             ctx.term()
@@ -219,8 +247,15 @@ class LogShipper(logging.Handler):
         return False
 
 
-def install_log_shipping(service: str, bus_endpoint: str, **options: Any) -> LogShipper:
-    """Ship every record of the root logger to the bus at ``bus_endpoint`` (base port P)."""
-    shipper = LogShipper(service, bus_endpoint, **options)
+def install_log_shipping(
+    service: str,
+    bus_endpoint: str,
+    *,
+    curve: tuple[KeyPair, bytes] | None = None,
+    **options: Any,
+) -> LogShipper:
+    """Ship every record of the root logger to the bus at ``bus_endpoint`` (base port P),
+    over CURVE with ``curve``; ``options`` are :class:`LogShipper`'s."""
+    shipper = LogShipper(service, bus_endpoint, curve=curve, **options)
     logging.getLogger().addHandler(shipper)
     return shipper

@@ -353,9 +353,11 @@ def run(
         raise SystemExit(2) from None
     configure_logging(service_class.name, settings.log_level)
     shipper = None
-    if settings.eventbus_endpoint:
-        shipper = install_log_shipping(service_class.name, settings.eventbus_endpoint)
     try:
+        if settings.eventbus_endpoint:
+            shipper = install_log_shipping(
+                service_class.name, settings.eventbus_endpoint, curve=_log_shipping_curve(settings)
+            )
         asyncio.run(service_class(settings).run())
     except ConfigError as exc:
         log.error("cannot start", extra={"error": str(exc)})
@@ -363,3 +365,14 @@ def run(
     finally:
         if shipper is not None:
             shipper.close()
+
+
+def _log_shipping_curve(settings: ServiceSettings) -> tuple[KeyPair, bytes] | None:
+    """What :meth:`Service.curve_client` gives for the bus, read before the service runs:
+    log shipping starts first, so that the service's own start is shipped too."""
+    if settings.eventbus_public_key is None or settings.curve_secret_key is None:
+        return None  # a public key alone: the service refuses to start and says why
+    keys = load_keys(settings.curve_secret_key)
+    if keys.secret is None:
+        raise ConfigError(f"curve_secret_key {settings.curve_secret_key} holds no secret key")
+    return keys, load_keys(settings.eventbus_public_key).public

@@ -11,6 +11,7 @@ import zmq
 import zmq.asyncio
 
 from services.common.protocols import eventbus_ext as ext
+from services.common.security import KeyPair
 from services.eventbus.client_base import _READS_PER_WAKE, _Base, _SubscriptionBase
 from services.eventbus.client_common import EndpointsArg, Item
 from services.eventbus.sync import NOTHING, Actions, Event
@@ -96,7 +97,24 @@ class AsyncSubscription(_SubscriptionBase[zmq.asyncio.Socket]):
 
 
 class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
-    """The asyncio client: :class:`EventBusClient`'s API, awaited."""
+    """The asyncio client: :class:`EventBusClient`'s API, awaited.
+
+    Args:
+        endpoints: one bus (a base endpoint ``tcp://host:P`` or :class:`BusEndpoints`),
+            or several, tried in order.
+        producer: the producer name stamped on every event published.
+        heartbeat_interval: the bus's heartbeat interval, in seconds.
+        misses: heartbeats missed before a subscription fails over.
+        context: the ``zmq.asyncio`` context (default: a new one, terminated by
+            :meth:`close`).
+        curve: ``(this client's key pair, the bus's public key)`` to talk to a bus that
+            runs CURVE; every socket of the client and of its subscriptions (re-created
+            ones too) is then a CURVE client.
+
+    Raises:
+        ValueError: bad endpoints or options.
+        ConfigError: a ``curve`` key pair without its secret key.
+    """
 
     def __init__(
         self,
@@ -106,9 +124,12 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         heartbeat_interval: float = 1.0,
         misses: int = 3,
         context: zmq.asyncio.Context | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         ctx = context if context is not None else zmq.asyncio.Context()
-        super().__init__(endpoints, producer, heartbeat_interval, misses, ctx, context is None)
+        super().__init__(
+            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve
+        )
 
     async def __aenter__(self) -> Self:
         return self

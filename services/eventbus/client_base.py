@@ -20,7 +20,15 @@ import zmq
 
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import ProtocolError
-from services.eventbus.client_common import BusEndpoints, EndpointsArg, Item, _Outbox, log
+from services.common.security import KeyPair, make_client
+from services.eventbus.client_common import (
+    BusEndpoints,
+    EndpointsArg,
+    Item,
+    _check_curve,
+    _Outbox,
+    log,
+)
 from services.eventbus.sync import NOTHING, Actions, Event, SubscriptionCore
 
 _READS_PER_WAKE = 32  # stream messages taken per turn, so a flood cannot starve the rest
@@ -47,7 +55,11 @@ def _rows_ok(first: int, rows: list[Any]) -> bool:
 
 
 class _Base(Generic[_S]):
-    """What both clients share: endpoints, options, the outbox, the publishing socket."""
+    """What both clients share: endpoints, options, the outbox, the publishing socket.
+
+    Every socket a client or its subscriptions open comes from :meth:`_socket`, so CURVE
+    (``curve``) covers the ones re-created on failover and reconnect too.
+    """
 
     def __init__(
         self,
@@ -57,10 +69,12 @@ class _Base(Generic[_S]):
         misses: int,
         ctx: zmq.Context[_S],
         own_ctx: bool,
+        curve: tuple[KeyPair, bytes] | None,
     ) -> None:
         if heartbeat_interval <= 0 or misses < 1:
             raise ValueError("heartbeat_interval must be positive and misses at least 1")
         self.endpoints = _endpoint_list(endpoints)
+        self.curve = _check_curve(curve)
         self.heartbeat_interval = heartbeat_interval
         self.misses = misses
         self._outbox = _Outbox(producer)
@@ -99,13 +113,20 @@ class _Base(Generic[_S]):
             subtrees = (subtrees,)
         return SubscriptionCore(subtrees, since, self.heartbeat_interval, self.misses, page_limit)
 
+    def _socket(self, kind: int) -> _S:
+        """A new socket of the client's context: linger 0, a CURVE client when configured."""
+        sock = self._ctx.socket(kind)
+        sock.linger = 0
+        if self.curve is not None:
+            make_client(sock, *self.curve)
+        return sock
+
     def _publisher(self, wait: float) -> _S:
         if self._closed:
             raise RuntimeError("the client is closed")
         sock = self._pub
         if sock is None:
-            sock = self._pub = self._ctx.socket(zmq.DEALER)
-            sock.linger = 0
+            sock = self._pub = self._socket(zmq.DEALER)
             sock.connect(self.endpoints[self._pub_index].collector)
             self._sndtimeo = -2
         ms = int(wait * 1000)
@@ -185,14 +206,12 @@ class _SubscriptionBase(Generic[_S]):
 
     def _open(self) -> tuple[_S, _S]:
         # The stream first: what it buffers meanwhile is merged with the snapshot.
-        ctx, ends = self._client._ctx, self.endpoints
-        stream = ctx.socket(zmq.SUB)
-        stream.linger = 0
+        new, ends = self._client._socket, self.endpoints
+        stream = new(zmq.SUB)
         stream.subscribe(ext.STREAM_BATCH)
         stream.subscribe(ext.STREAM_HEARTBEAT)
         stream.connect(ends.stream)
-        snap = ctx.socket(zmq.DEALER)
-        snap.linger = 0
+        snap = new(zmq.DEALER)
         snap.connect(ends.snapshot)
         return stream, snap
 

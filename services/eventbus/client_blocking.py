@@ -10,6 +10,7 @@ from typing import Any, Self
 import zmq
 
 from services.common.protocols import eventbus_ext as ext
+from services.common.security import KeyPair
 from services.eventbus.client_base import _READS_PER_WAKE, _Base, _SubscriptionBase
 from services.eventbus.client_common import EndpointsArg, Item
 from services.eventbus.sync import NOTHING, Actions, Event, SubscriptionCore
@@ -96,7 +97,25 @@ class Subscription(_SubscriptionBase["zmq.Socket[Any]"]):
 
 
 class EventBusClient(_Base["zmq.Socket[Any]"]):
-    """A blocking client of one bus, or of a primary and its backups in order."""
+    """A blocking client of one bus, or of a primary and its backups in order.
+
+    Args:
+        endpoints: one bus (a base endpoint ``tcp://host:P`` or :class:`BusEndpoints`),
+            or several, tried in order.
+        producer: the producer name stamped on every event published.
+        heartbeat_interval: the bus's heartbeat interval, in seconds.
+        misses: heartbeats missed before a subscription fails over.
+        context: the ZeroMQ context (default: a new one, terminated by :meth:`close`).
+        curve: ``(this client's key pair, the bus's public key)`` to talk to a bus that
+            runs CURVE; every socket of the client and of its subscriptions (re-created
+            ones too) is then a CURVE client. A bus whose ZAP allow-list does not hold
+            the key answers nothing: a confirmed publish times out, a subscription sees
+            no heartbeat.
+
+    Raises:
+        ValueError: bad endpoints or options.
+        ConfigError: a ``curve`` key pair without its secret key.
+    """
 
     def __init__(
         self,
@@ -106,9 +125,12 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
         heartbeat_interval: float = 1.0,
         misses: int = 3,
         context: zmq.Context[Any] | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         ctx = context if context is not None else zmq.Context()
-        super().__init__(endpoints, producer, heartbeat_interval, misses, ctx, context is None)
+        super().__init__(
+            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve
+        )
 
     def __enter__(self) -> Self:
         return self

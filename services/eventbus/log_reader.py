@@ -8,7 +8,8 @@ from typing import Any, NamedTuple, Self
 import zmq
 
 from services.common.protocols import eventbus_ext as ext
-from services.eventbus.client_common import BusEndpoints
+from services.common.security import KeyPair, make_client
+from services.eventbus.client_common import BusEndpoints, _check_curve
 from services.eventbus.sync import Event
 
 __all__ = ["LogPage", "LogQueryError", "LogReader"]
@@ -31,12 +32,28 @@ class LogPage(NamedTuple):
 class LogReader:
     """Blocking reads of a bus's log (ZB-SNAPSHOT, mode "log") over one DEALER; one thread.
 
-    ``endpoint`` is the SNAPSHOT socket (a bus's base endpoint) or a :class:`BusEndpoints`.
+    Args:
+        endpoint: the SNAPSHOT socket (a bus's base endpoint) or a :class:`BusEndpoints`.
+        timeout: seconds to wait for each page.
+        curve: ``(this reader's key pair, the bus's public key)`` to read from a bus that
+            runs CURVE; the DEALER (re-opened after a timeout too) is then a CURVE client.
+            A bus whose ZAP allow-list does not hold the key answers nothing: a page
+            times out.
+
+    Raises:
+        ConfigError: a ``curve`` key pair without its secret key.
     """
 
-    def __init__(self, endpoint: BusEndpoints | str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        endpoint: BusEndpoints | str,
+        *,
+        timeout: float = 10.0,
+        curve: tuple[KeyPair, bytes] | None = None,
+    ) -> None:
         self.endpoint = endpoint.snapshot if isinstance(endpoint, BusEndpoints) else endpoint
         self.timeout = timeout
+        self.curve = _check_curve(curve)
         self._sock: zmq.Socket[Any] | None = None
 
     def page(
@@ -56,6 +73,8 @@ class LogReader:
         if sock is None:
             sock = self._sock = zmq.Context.instance().socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
+            if self.curve is not None:
+                make_client(sock, *self.curve)
             sock.connect(self.endpoint)
         sock.send_multipart(ext.encode(ext.SnapshotQuery(subtrees, after, None, "log", limit)))
         if not sock.poll(int(self.timeout * 1000), zmq.POLLIN):
