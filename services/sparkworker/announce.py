@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeAlias
 
+from services.common.security import KeyPair
 from services.eventbus.client import BusEndpoints, EventBusClient
 
 __all__ = ["Announcer", "Kind"]
@@ -34,6 +35,7 @@ class Announcer:
         producer: the producer id of the events.
         timeout: seconds a result's confirm may take.
         counted: called with each announcement's kind and outcome (metrics).
+        curve: ``(key pair, the bus's public key)`` for a bus that runs CURVE.
     """
 
     def __init__(
@@ -43,8 +45,10 @@ class Announcer:
         *,
         timeout: float = 5.0,
         counted: Callable[[Kind, Outcome], object] | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.curve = curve
         self.producer = producer
         self.timeout = timeout
         self.counted = counted
@@ -74,7 +78,7 @@ class Announcer:
             self.counted(kind, outcome)
 
     def _run(self) -> None:
-        client = EventBusClient(self.endpoint, producer=self.producer)
+        client = EventBusClient(self.endpoint, producer=self.producer, curve=self.curve)
         try:
             while (item := self._queue.get()) is not _STOP:
                 kind, topic, data = item

@@ -220,11 +220,14 @@ class SparkWorkerService(Service):
         for name in (*self.jobs.names, _OTHER):
             for outcome in ("succeeded", "failed"):
                 self._jobs_total.labels(name, outcome)
+        # CURVE keys are loaded by now (the service base does it before start).
+        self.worker.curve = self.curve_client(self.settings.broker_public_key)
         if self._bus is not None:
             self.announcer = Announcer(
                 self._bus,
                 f"sparkworker:{self.settings.node_name or self.name}",
                 counted=self._count_announcement,
+                curve=self.curve_client(self.settings.eventbus_public_key),
             )
             self.announcer.start()
         self.poller = ProgressPoller(
