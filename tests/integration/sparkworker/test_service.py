@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.broker.client import AsyncBrokerClient, JobFailed
 from services.broker.server import BrokerService
+from services.common.security import generate_keys, load_keys
 from services.common.settings import ConfigError
 from services.eventbus.client import AsyncEventBusClient, AsyncSubscription, BusEndpoints
 from services.sparkworker.config import SparkWorkerSettings
@@ -276,3 +277,41 @@ async def test_a_job_name_given_twice_stops_the_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="two jobs are named 'compact': one from built-in"):
         await asyncio.wait_for(service.run(), 30 * UNIT)
     assert local_session().sparkContext._jsc is not None  # an adopted session stays up
+
+
+async def test_over_curve_to_the_broker_and_the_bus(tmp_path: Path) -> None:
+    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
+    broker_public, broker_secret = generate_keys(keys, "broker")
+    bus_public, bus_secret = generate_keys(keys, "bus")
+    worker_public, worker_secret = generate_keys(keys, "sparkworker")
+    client_public, client_secret = generate_keys(keys, "client")
+    allowed.mkdir()
+    for public in (worker_public, client_public):
+        (allowed / public.name).write_bytes(public.read_bytes())
+    secure = {"curve_secret_key": broker_secret, "curve_allowed_clients": allowed}
+    async with (
+        running_broker(tmp_path / "broker", **secure) as broker,
+        running_bus(
+            tmp_path / "bus", curve_secret_key=bus_secret, curve_allowed_clients=allowed
+        ) as bus,
+    ):
+        endpoints = BusEndpoints.from_info(bus.info())
+        client_curve = (load_keys(client_secret), load_keys(broker_public).public)
+        bus_curve = (load_keys(client_secret), load_keys(bus_public).public)
+        async with (
+            running_sparkworker(
+                tmp_path,
+                broker,
+                endpoints,
+                curve_secret_key=worker_secret,
+                broker_public_key=broker_public,
+                eventbus_public_key=bus_public,
+            ),
+            AsyncEventBusClient(endpoints, producer="test", curve=bus_curve) as bus_client,
+            AsyncBrokerClient(broker.endpoints["clients"], curve=client_curve) as client,
+        ):
+            results = await bus_client.subscribe(f"{TOPIC}/squares")
+            reply = await client.submit_and_wait("spark", "squares", kwargs={"n": 4}, timeout=WAIT)
+            assert reply["result"]["total"] == 0 + 1 + 4 + 9
+            announced = await next_on(results, f"{TOPIC}/squares")
+            assert announced["job_id"] == reply["job_id"]
