@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
 import uuid as uuidlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +16,7 @@ import zmq
 import zmq.asyncio
 
 from services.common.protocols import eventbus_ext as ext
+from services.common.settings import ConfigError
 from services.eventbus.config import EventBusSettings
 from services.eventbus.server import EventBusService
 from tests.support.waiting import UNIT, async_wait_for
@@ -53,3 +56,54 @@ async def confirmed_publish(
     reply = ext.decode_collector_reply(await asyncio.wait_for(sock.recv_multipart(), 10 * UNIT))
     assert isinstance(reply, ext.Confirm), reply
     return list(reply.sequences)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        # As ZeroMQ binds: a port left in TIME_WAIT by an earlier test is usable.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base_port() -> int:
+    """A port P with P..P+3 free (the bus's four sockets), below the kernel's ephemeral
+    range, where outgoing connections of other tests do not land."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20_000, 32_000)
+        if all(_free(port + i) for i in range(4)):
+            return port
+    raise AssertionError("no four consecutive free ports")
+
+
+@asynccontextmanager
+async def bus_on_base_port(data_dir: Path, **settings: Any) -> AsyncIterator[str]:
+    """A real event bus on P..P+3, as clients that know only a base endpoint need (log
+    shipping); yields ``tcp://127.0.0.1:P``."""
+    for attempt in range(5):
+        port = free_base_port()
+        service = EventBusService(
+            EventBusSettings(port=port, data_dir=data_dir / str(attempt), **settings)
+        )
+        task = asyncio.create_task(service.run())
+
+        async def started(task: asyncio.Task[None] = task, bus: EventBusService = service) -> bool:
+            if task.done():
+                task.result()
+            return bus.readiness()["started"]
+
+        try:
+            await async_wait_for(started, what="event bus start")
+        except ConfigError:  # another process took one of the ports meanwhile
+            continue
+        try:
+            yield f"tcp://127.0.0.1:{port}"
+        finally:
+            service.request_stop()
+            await asyncio.wait_for(task, 20 * UNIT)
+        return
+    raise AssertionError("the event bus did not start on a free base port")

@@ -25,7 +25,8 @@ from services.catalog.server import CatalogService
 from services.common.logship import LogShipper
 from services.dashboard.cluster import admin_url
 from tests.integration.catalog.test_catalog import running_catalog
-from tests.integration.catalog.test_log_aggregation import bus_on_base_port, shipping_logger
+from tests.integration.catalog.test_log_aggregation import shipping_logger
+from tests.support.bus import bus_on_base_port
 from tests.support.echo_service import EchoService, EchoSettings
 from tests.support.waiting import UNIT, async_wait_for
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
-import socket
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,61 +13,9 @@ import httpx
 
 from services.catalog.server import CatalogService
 from services.common.logship import LogShipper
-from services.common.settings import ConfigError
-from services.eventbus.config import EventBusSettings
-from services.eventbus.server import EventBusService
 from tests.integration.catalog.test_catalog import running_catalog
+from tests.support.bus import bus_on_base_port, free_base_port
 from tests.support.waiting import UNIT, async_wait_for
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        # As ZeroMQ binds: a port left in TIME_WAIT by an earlier test is usable.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_base_port() -> int:
-    """A port P with P..P+3 free (the bus's four sockets), below the kernel's ephemeral
-    range, where outgoing connections of other tests do not land."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20_000, 32_000)
-        if all(_free(port + i) for i in range(4)):
-            return port
-    raise AssertionError("no four consecutive free ports")
-
-
-@asynccontextmanager
-async def bus_on_base_port(data_dir: Path) -> AsyncIterator[str]:
-    """A real event bus on P..P+3; yields its base endpoint ``tcp://127.0.0.1:P``."""
-    for attempt in range(5):
-        port = free_base_port()
-        service = EventBusService(
-            EventBusSettings.load(port=port, data_dir=data_dir / str(attempt))
-        )
-        task = asyncio.create_task(service.run())
-
-        async def started(task: asyncio.Task[None] = task, bus: EventBusService = service) -> bool:
-            if task.done():
-                task.result()
-            return bus.readiness()["started"]
-
-        try:
-            await async_wait_for(started, what="event bus start")
-        except ConfigError:  # another process took one of the ports meanwhile
-            continue
-        try:
-            yield f"tcp://127.0.0.1:{port}"
-        finally:
-            service.request_stop()
-            await asyncio.wait_for(task, 20 * UNIT)
-        return
-    raise AssertionError("the event bus did not start on a free base port")
 
 
 @contextmanager

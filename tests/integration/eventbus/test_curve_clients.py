@@ -13,8 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +30,8 @@ from services.eventbus.client import (
     EventBusClient,
     LogReader,
 )
-from services.eventbus.config import EventBusSettings
-from services.eventbus.server import EventBusService
 from tests.integration.catalog.test_catalog import running_catalog
-from tests.integration.catalog.test_log_aggregation import free_base_port
-from tests.support.bus import running_bus
+from tests.support.bus import bus_on_base_port, free_base_port, running_bus
 from tests.support.waiting import UNIT, async_wait_for
 
 # The failover test's heartbeat interval: a silent endpoint is left after 3 of them.
@@ -215,37 +210,9 @@ def test_a_key_pair_without_its_secret_is_refused(keys: Keys) -> None:
         LogShipper("svc", "tcp://127.0.0.1:5556", curve=public_only)
 
 
-@asynccontextmanager
-async def curve_bus_on_base_port(data_dir: Path, keys: Keys) -> AsyncIterator[str]:
-    """A real CURVE bus on P..P+3 (as log shipping needs); yields ``tcp://127.0.0.1:P``."""
-    for attempt in range(5):
-        port = free_base_port()
-        service = EventBusService(
-            EventBusSettings(port=port, data_dir=data_dir / str(attempt), **keys.bus_settings)
-        )
-        task = asyncio.create_task(service.run())
-
-        async def started(task: asyncio.Task[None] = task, bus: EventBusService = service) -> bool:
-            if task.done():
-                task.result()
-            return bus.readiness()["started"]
-
-        try:
-            await async_wait_for(started, what="event bus start")
-        except ConfigError:  # another process took one of the ports meanwhile
-            continue
-        try:
-            yield f"tcp://127.0.0.1:{port}"
-        finally:
-            service.request_stop()
-            await asyncio.wait_for(task, 20 * UNIT)
-        return
-    raise AssertionError("the event bus did not start on a free base port")
-
-
 async def test_a_service_ships_its_logs_to_a_curve_bus(tmp_path: Path, keys: Keys) -> None:
     """An echo service process with its own listed key ships "service ready" to the bus."""
-    async with curve_bus_on_base_port(tmp_path / "bus", keys) as base:
+    async with bus_on_base_port(tmp_path / "bus", **keys.bus_settings) as base:
         env = {
             **os.environ,
             "ZBUS_DATA_DIR": str(tmp_path / "echo"),
@@ -297,7 +264,7 @@ async def test_the_catalog_follows_logs_on_a_curve_bus(tmp_path: Path, keys: Key
     catalog_public, catalog_secret = generate_keys(tmp_path / "keys", "catalog")
     (keys.allowed / catalog_public.name).write_bytes(catalog_public.read_bytes())
     async with (
-        curve_bus_on_base_port(tmp_path / "bus", keys) as base,
+        bus_on_base_port(tmp_path / "bus", **keys.bus_settings) as base,
         running_catalog(
             tmp_path / "catalog",
             eventbus_endpoint=base,
