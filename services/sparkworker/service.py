@@ -233,7 +233,7 @@ class SparkWorkerService(Service):
         self.poller = ProgressPoller(
             self.board,
             self._tracker,
-            self.sessions.check,
+            lambda: self.sessions.check(remake=self.board.running_count == 0),
             self._announce_progress if self.settings.announce_progress else None,
             self.settings.progress_interval,
         )

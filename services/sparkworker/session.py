@@ -186,8 +186,10 @@ class SparkSessionManager:
             self._adopt(self._session)
             return self._session
 
-    def check(self) -> bool:
-        """Look at the session now (a JVM call); re-make it if it was stopped."""
+    def check(self, *, remake: bool = True) -> bool:
+        """Look at the session now (a JVM call); re-make it if it was stopped and
+        ``remake`` (False while jobs run: one of them may be stopping it right now, and a
+        session made while the old one is still shutting down is torn down with it)."""
         with self._lock:  # not between a job thread's re-make and its adoption
             if self._session is None or self._stopping:
                 return False
@@ -195,6 +197,8 @@ class SparkSessionManager:
                 self._up = True
                 return True
             self._up = False
+        if not remake:
+            return False  # the next job re-makes it, or this check once the jobs are done
         try:
             self.session()
         except Exception as exc:
