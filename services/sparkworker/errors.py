@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["ParamError", "SparkJobError", "SparkWorkerError", "is_spark_error", "spark_message"]
+__all__ = [
+    "JobCancelled",
+    "ParamError",
+    "SparkJobError",
+    "SparkWorkerError",
+    "is_spark_error",
+    "spark_message",
+]
 
 _MAX_LINES: Final = 5
 _MAX_CHARS: Final = 1000
@@ -41,6 +48,10 @@ class SparkJobError(SparkWorkerError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return type(self), (self.spark_type, str(self).partition(": ")[2])
+
+
+class JobCancelled(SparkWorkerError):
+    """The job was cancelled on request (``POST /api/v1/spark/jobs/{id}/cancel``)."""
 
 
 def is_spark_error(exc: BaseException) -> bool:

@@ -13,6 +13,7 @@ cut to its first meaningful lines (:class:`~services.sparkworker.errors.SparkJob
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,13 @@ from typing import Any, cast
 from pyspark import SparkContext
 
 from services.broker.worker import current_job_id
-from services.sparkworker.errors import ParamError, SparkJobError, is_spark_error, spark_message
+from services.sparkworker.errors import (
+    JobCancelled,
+    ParamError,
+    SparkJobError,
+    is_spark_error,
+    spark_message,
+)
 from services.sparkworker.jobs.base import JobContext, job_context
 from services.sparkworker.jobs.registry import JobRegistry
 from services.sparkworker.progress import JobBoard, read_progress
@@ -77,6 +84,32 @@ class JobRunner:
         self.announce_topic = announce_topic
         self.announce = announce
         self.count_rows = count_rows
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel the Spark work of running job ``job_id`` (its job group); the job then
+        fails with :class:`JobCancelled`. Python code of the job between Spark actions is
+        not interrupted: it stops at its next Spark action.
+
+        Returns:
+            False when no such job is running here.
+        """
+        if job_id not in self.board.running_ids:
+            return False
+        with self._lock:
+            self._cancelled.add(job_id)
+        spark = self.sessions.current
+        if spark is not None:
+            spark.sparkContext.cancelJobGroup(job_id)
+        return True
+
+    def _was_cancelled(self, job_id: str) -> bool:
+        with self._lock:
+            if job_id in self._cancelled:
+                self._cancelled.discard(job_id)
+                return True
+            return False
 
     def job_function(self, name: str) -> Callable[..., dict[str, Any]]:
         """What the broker worker registers for job ``name``."""
@@ -120,12 +153,17 @@ class JobRunner:
             finally:
                 self._last_progress(sc, job_id)
         except BaseException as exc:  # recorded whatever it is; the worker answers it
+            if self._was_cancelled(job_id):
+                cancelled = JobCancelled(f"{name} {job_id} was cancelled on request")
+                self.board.finish(job_id, "failed", error=f"JobCancelled: {cancelled}")
+                raise cancelled from exc
             if is_spark_error(exc):
                 trimmed = SparkJobError(type(exc).__name__, spark_message(_describe(exc)))
                 self.board.finish(job_id, "failed", error=f"SparkJobError: {trimmed}")
                 raise trimmed from exc
             self.board.finish(job_id, "failed", error=f"{type(exc).__name__}: {_describe(exc)}")
             raise
+        self._was_cancelled(job_id)  # a cancel that came too late to stop anything
         reply = {
             "job": name,
             "job_id": job_id,

@@ -31,6 +31,7 @@ from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 from services.broker.worker import Outcome, Worker
+from services.common.admin import TokenRequired
 from services.common.protocols.emqp import EventmqCall
 from services.common.service import Service
 from services.eventbus.client import BusEndpoints
@@ -310,6 +311,15 @@ class SparkWorkerService(Service):
         async def jobs() -> dict[str, Any]:
             """Running jobs with progress, recent finished ones, and the registered jobs."""
             return {**self.board.view(), "registered": self.jobs.describe()}
+
+        @app.post(
+            "/api/v1/spark/jobs/{job_id}/cancel", dependencies=[TokenRequired], tags=["spark"]
+        )
+        async def cancel(job_id: str) -> dict[str, Any]:
+            """Cancel a running job's Spark work; the job fails with JobCancelled."""
+            if not await asyncio.to_thread(self.runner.cancel, job_id):
+                raise HTTPException(status_code=404, detail=f"no job {job_id} running here")
+            return {"job_id": job_id, "cancelling": True}
 
         @app.get("/api/v1/spark/jobs/{job_id}", tags=["spark"])
         async def job(job_id: str) -> dict[str, Any]:

@@ -67,3 +67,10 @@ def bus_topics(spark: SparkSession, params: dict[str, Any]) -> dict[str, Any]:
     frame = reader.option("subtrees", params.get("subtrees", "")).load()
     counts = {row["topic"]: row["count"] for row in frame.groupBy("topic").count().collect()}
     return {"counts": counts}
+
+
+def slow(spark: SparkSession, params: dict[str, Any]) -> int:
+    """A Spark action that runs until it is cancelled (a filtered count of 10^13 rows)."""
+    rows = spark.range(0, 10**13, numPartitions=1000).where("id % 7 = 3")
+    row = rows.selectExpr("count(*) AS n").first()
+    return 0 if row is None else int(row["n"])

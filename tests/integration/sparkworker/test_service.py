@@ -35,7 +35,7 @@ from tests.support.waiting import UNIT, async_wait_for
 TOPIC = "/zbus/pipeline/results"
 USER_JOBS = ",".join(
     f"{name}=tests.support.spark_jobs:{name}"
-    for name in ("squares", "numbers", "broken", "fails", "held", "bus_topics")
+    for name in ("squares", "numbers", "broken", "fails", "held", "bus_topics", "slow")
 )
 WAIT = 60 * UNIT  # for a job's result: Spark's first queries in a process are slow
 
@@ -315,3 +315,31 @@ async def test_over_curve_to_the_broker_and_the_bus(tmp_path: Path) -> None:
             assert reply["result"]["total"] == 0 + 1 + 4 + 9
             announced = await next_on(results, f"{TOPIC}/squares")
             assert announced["job_id"] == reply["job_id"]
+
+
+async def test_a_running_job_is_cancelled_through_the_admin_api(tmp_path: Path) -> None:
+    async with (
+        running_broker(tmp_path / "broker") as broker,
+        running_sparkworker(tmp_path, broker, None, admin_token="secret") as service,
+        AsyncBrokerClient(broker.endpoints["clients"]) as client,
+        httpx.AsyncClient(base_url=service.admin_url or "") as http,
+    ):
+        job_id = await client.submit("spark", "slow")
+
+        async def spark_tasks_running() -> bool:
+            one = await http.get(f"/api/v1/spark/jobs/{job_id}")
+            return one.status_code == 200 and one.json()["progress"]["tasks"]["active"] > 0
+
+        await async_wait_for(spark_tasks_running, within=WAIT, what="the slow job's tasks")
+        assert (await http.post(f"/api/v1/spark/jobs/{job_id}/cancel")).status_code == 401
+        auth = {"Authorization": "Bearer secret"}
+        cancel = await http.post(f"/api/v1/spark/jobs/{job_id}/cancel", headers=auth)
+        assert cancel.status_code == 200 and cancel.json()["cancelling"] is True
+        with pytest.raises(JobFailed) as failed:
+            await client.result(job_id, timeout=WAIT)
+        assert failed.value.error_type == "JobCancelled"
+        missing = await http.post("/api/v1/spark/jobs/nope/cancel", headers=auth)
+        assert missing.status_code == 404
+        # The worker goes on serving.
+        squares = await client.submit_and_wait("spark", "squares", kwargs={"n": 3}, timeout=WAIT)
+        assert squares["result"]["total"] == 5
