@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from services.broker.client import DEFAULT_ENDPOINT, BrokerClient, BrokerClientError, JobFailed
-from services.common.security import KeyPair, load_keys
-from services.common.settings import ConfigError
+from services.common.security import KeyPair, client_keys
 
 
 def add_parser(sub: Any) -> None:
@@ -105,10 +104,7 @@ def curve_keys(
         return None
     if secret_key is None or broker_public_key is None:
         raise ValueError("--curve-secret-key and --broker-public-key go together")
-    keys = load_keys(secret_key)
-    if keys.secret is None:
-        raise ConfigError(f"--curve-secret-key {secret_key} holds no secret key")
-    return keys, load_keys(broker_public_key).public
+    return client_keys(secret_key, broker_public_key, "--curve-secret-key")
 
 
 def run(args: argparse.Namespace) -> int:

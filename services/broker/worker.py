@@ -52,8 +52,7 @@ import zmq.asyncio
 from services.broker.client import NO_PATH
 from services.common.protocols import emqp
 from services.common.protocols.errors import FrameValueError, ProtocolError
-from services.common.security import KeyPair, make_client
-from services.common.settings import ConfigError
+from services.common.security import KeyPair, check_client, make_client
 
 __all__ = [
     "BUILTIN_JOBS",
@@ -208,11 +207,6 @@ def _new_id() -> str:
     return str(uuid.uuid4())
 
 
-def _check_curve(curve: tuple[KeyPair, bytes] | None) -> None:
-    if curve is not None and curve[0].secret is None:
-        raise ConfigError("a CURVE worker needs its secret key file, not a public one")
-
-
 class Worker:
     """Runs the broker's jobs: ``await worker.run()`` until :meth:`request_stop`.
 
@@ -265,7 +259,7 @@ class Worker:
         self.misses = misses
         self.allow_import = allow_import
         self.drain_timeout = drain_timeout
-        _check_curve(curve)
+        check_client(curve)
         #: ``(key pair, broker public key)`` for CURVE, or None; read at every connect.
         self.curve = curve
         self.before_job: list[BeforeJob] = []
@@ -376,7 +370,7 @@ class Worker:
         """Serve until :meth:`request_stop`; then finish the running jobs and say KBYE."""
         if self._loop is not None:
             raise RuntimeError("this worker is already running")
-        _check_curve(self.curve)  # now, rather than on a reconnect in the middle of work
+        check_client(self.curve)  # now, rather than on a reconnect in the middle of work
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         if self._stop_requested:

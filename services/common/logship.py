@@ -33,8 +33,7 @@ from typing import Any
 import zmq
 
 from services.common.logs import STANDARD_ATTRIBUTES
-from services.common.security import KeyPair
-from services.common.settings import ConfigError
+from services.common.security import KeyPair, check_client
 from services.eventbus.client import EndpointsArg, EventBusClient
 
 log = logging.getLogger(__name__)
@@ -113,9 +112,8 @@ class LogShipper(logging.Handler):
             raise ValueError(f"a service name is non-empty and has no '/': {service!r}")
         if capacity < 1 or batch_size < 1 or send_timeout <= 0:
             raise ValueError("capacity and batch_size must be positive, send_timeout too")
-        if curve is not None and curve[0].secret is None:
-            # Here, not in the thread, where the client would only disable shipping.
-            raise ConfigError("a CURVE client needs a secret key file, not a public one")
+        # Here, not in the thread, where the client would only disable shipping.
+        check_client(curve)
         super().__init__(level)
         self.service = service
         self.topic = LOG_TOPIC_PREFIX + service

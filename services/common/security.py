@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import zmq
 import zmq.auth
@@ -62,6 +62,36 @@ def make_server(sock: zmq.Socket[bytes], keys: KeyPair) -> None:
     sock.curve_secretkey = keys.secret
     sock.curve_publickey = keys.public
     sock.curve_server = True
+
+
+#: What a client takes to talk to a CURVE server: its own key pair, the server's public key.
+CurveClient: TypeAlias = tuple[KeyPair, bytes]
+
+
+def check_client(curve: CurveClient | None) -> CurveClient | None:
+    """``curve`` as a client stores it, refused at once (not at its first socket, which
+    may be a reconnect in the middle of work) when the key pair has no secret key.
+
+    Raises:
+        ConfigError: the key pair came from a public key file.
+    """
+    if curve is not None and curve[0].secret is None:
+        raise ConfigError("a CURVE client needs a secret key file, not a public one")
+    return curve
+
+
+def client_keys(secret_key: Path, server_public_key: Path, what: str) -> CurveClient:
+    """A client's ``curve`` from its secret key file and the server's public key file;
+    ``what`` names the secret key's setting or option in the error.
+
+    Raises:
+        ConfigError: a file is missing or not a key file, or the secret one holds no
+            secret key.
+    """
+    keys = load_keys(secret_key)
+    if keys.secret is None:
+        raise ConfigError(f"{what} {secret_key} holds no secret key")
+    return keys, load_keys(server_public_key).public
 
 
 def make_client(sock: zmq.Socket[Any], keys: KeyPair, server_public: bytes) -> None:

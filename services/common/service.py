@@ -41,6 +41,7 @@ from services.common.security import (
     OPEN_DOMAIN,
     KeyPair,
     ZapAllowList,
+    client_keys,
     load_keys,
     make_server,
 )
@@ -372,7 +373,4 @@ def _log_shipping_curve(settings: ServiceSettings) -> tuple[KeyPair, bytes] | No
     log shipping starts first, so that the service's own start is shipped too."""
     if settings.eventbus_public_key is None or settings.curve_secret_key is None:
         return None  # a public key alone: the service refuses to start and says why
-    keys = load_keys(settings.curve_secret_key)
-    if keys.secret is None:
-        raise ConfigError(f"curve_secret_key {settings.curve_secret_key} holds no secret key")
-    return keys, load_keys(settings.eventbus_public_key).public
+    return client_keys(settings.curve_secret_key, settings.eventbus_public_key, "curve_secret_key")

@@ -20,12 +20,11 @@ import zmq
 
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import ProtocolError
-from services.common.security import KeyPair, make_client
+from services.common.security import KeyPair, check_client, make_client
 from services.eventbus.client_common import (
     BusEndpoints,
     EndpointsArg,
     Item,
-    _check_curve,
     _Outbox,
     log,
 )
@@ -74,7 +73,7 @@ class _Base(Generic[_S]):
         if heartbeat_interval <= 0 or misses < 1:
             raise ValueError("heartbeat_interval must be positive and misses at least 1")
         self.endpoints = _endpoint_list(endpoints)
-        self.curve = _check_curve(curve)
+        self.curve = check_client(curve)
         self.heartbeat_interval = heartbeat_interval
         self.misses = misses
         self._outbox = _Outbox(producer)

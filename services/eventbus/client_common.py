@@ -19,8 +19,6 @@ import msgpack
 
 from services.common.protocols import eventbus_ext as ext
 from services.common.protocols.errors import ProtocolError
-from services.common.security import KeyPair
-from services.common.settings import ConfigError
 
 # The client's records keep the name of the public module, services.eventbus.client:
 # log shipping skips that logger's tree (services/common/logship.py), since shipping the
@@ -76,17 +74,6 @@ class BusEndpoints:
 
 EndpointsArg: TypeAlias = BusEndpoints | str | Sequence[BusEndpoints | str]
 Item: TypeAlias = tuple[str, Any] | tuple[str, Any, str]
-
-
-def _check_curve(curve: tuple[KeyPair, bytes] | None) -> tuple[KeyPair, bytes] | None:
-    """``curve`` as a client takes it; refused at once rather than at the first socket.
-
-    Raises:
-        ConfigError: the key pair has no secret key (it came from a public key file).
-    """
-    if curve is not None and curve[0].secret is None:
-        raise ConfigError("a CURVE client needs a secret key file, not a public one")
-    return curve
 
 
 def _uuid4s(n: int) -> list[str]:

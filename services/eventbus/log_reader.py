@@ -8,8 +8,8 @@ from typing import Any, NamedTuple, Self
 import zmq
 
 from services.common.protocols import eventbus_ext as ext
-from services.common.security import KeyPair, make_client
-from services.eventbus.client_common import BusEndpoints, _check_curve
+from services.common.security import KeyPair, check_client, make_client
+from services.eventbus.client_common import BusEndpoints
 from services.eventbus.sync import Event
 
 __all__ = ["LogPage", "LogQueryError", "LogReader"]
@@ -53,7 +53,7 @@ class LogReader:
     ) -> None:
         self.endpoint = endpoint.snapshot if isinstance(endpoint, BusEndpoints) else endpoint
         self.timeout = timeout
-        self.curve = _check_curve(curve)
+        self.curve = check_client(curve)
         self._sock: zmq.Socket[Any] | None = None
 
     def page(
