@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,20 +14,14 @@ import pytest
 
 from services.common.settings import ConfigError
 from services.launcher import _alive, load_cluster
+from tests.support.bus import free_port
 from tests.support.waiting import UNIT, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _cluster_file(tmp_path: Path, *names: str) -> tuple[Path, dict[str, int]]:
-    ports = {name: _free_port() for name in names}
+    ports = {name: free_port() for name in names}
     body = "".join(
         f'[[service]]\nname = "{n}"\nmodule = "tests.support.echo_service"\n'
         f"admin_port = {p}\nenv = {{ ZBUS_SHUTDOWN_TIMEOUT = 2 }}\n\n"
@@ -108,7 +101,7 @@ def test_a_service_that_fails_to_start_stops_the_rest(tmp_path: Path) -> None:
     config, _ = _cluster_file(tmp_path, "good")
     with config.open("a") as fh:
         fh.write('[[service]]\nname = "bad"\nmodule = "tests.support.echo_service"\n')
-        fh.write(f'admin_port = {_free_port()}\nenv = {{ ZBUS_LOG_LEVEL = "LOUD" }}\n')
+        fh.write(f'admin_port = {free_port()}\nenv = {{ ZBUS_LOG_LEVEL = "LOUD" }}\n')
     result = subprocess.run(
         _zbus("up", "--config", str(config), "--state-dir", str(tmp_path / "s")),
         cwd=ROOT,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 import tomllib
 from pathlib import Path
@@ -19,7 +18,7 @@ import httpx
 from services.common.service import Service
 from tests.integration.catalog.test_catalog import running_catalog
 from tests.support.broker import running_broker
-from tests.support.bus import running_bus
+from tests.support.bus import free_port, running_bus
 from tests.support.waiting import UNIT, async_wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,13 +28,6 @@ def _tool(name: str) -> str:
     path = shutil.which(name)
     assert path is not None, f"{name} is missing: install the Debian package prometheus"
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _metrics(service: Service) -> str:
@@ -88,7 +80,7 @@ async def test_prometheus_scrapes_the_services_and_promtool_accepts_their_metric
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: zbus\n"
             f"    static_configs:\n{targets}\n"
         )
-        web = f"127.0.0.1:{_free_port()}"
+        web = f"127.0.0.1:{free_port()}"
         log = (tmp_path / "prometheus.log").open("wb")
         server = await asyncio.create_subprocess_exec(
             _tool("prometheus"),

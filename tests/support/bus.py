@@ -58,6 +58,13 @@ async def confirmed_publish(
     return list(reply.sequences)
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _free(port: int) -> bool:
     with socket.socket() as sock:
         # As ZeroMQ binds: a port left in TIME_WAIT by an earlier test is usable.

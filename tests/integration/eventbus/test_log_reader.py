@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from services.eventbus.client import (
     LogQueryError,
     LogReader,
 )
-from tests.support.bus import new_event, running_bus
+from tests.support.bus import free_port, new_event, running_bus
 from tests.support.waiting import UNIT
 
 
@@ -82,12 +81,6 @@ async def test_pages_the_log_by_cursor_and_subtree(tmp_path: Path) -> None:
                     reader.page(after=1 << 63)
 
         await asyncio.to_thread(more)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_no_bus_at_the_endpoint_is_a_timeout_naming_it() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -18,17 +17,11 @@ import pytest
 from services.broker.client import AsyncBrokerClient
 from tests.support.archive import make_events, write_archive
 from tests.support.broker import running_broker
+from tests.support.bus import free_port
 from tests.support.waiting import UNIT, async_wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 WAIT = 90 * UNIT  # a cold session in a new process, twice
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.mark.slow

@@ -19,9 +19,10 @@ import pytest
 from pyspark.find_spark_home import _find_spark_home
 
 from services.broker.client import AsyncBrokerClient
-from tests.integration.sparkworker.test_process import ROOT, free_port
+from tests.integration.sparkworker.test_process import ROOT
 from tests.support.archive import make_events, write_archive
 from tests.support.broker import running_broker
+from tests.support.bus import free_port
 from tests.support.waiting import UNIT, async_wait_for
 
 WAIT = 120 * UNIT
