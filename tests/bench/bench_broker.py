@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,18 +20,13 @@ import urllib.request
 from pathlib import Path
 
 from services.broker.client import BrokerClient
+from tests.support.bus import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = int(os.environ.get("ZBUS_BENCH_JOBS", "50000"))
 SLOTS = int(os.environ.get("ZBUS_BENCH_WORKER_SLOTS", "4"))
 CELERY_JOBS = int(os.environ.get("ZBUS_BENCH_CELERY_JOBS", "5000"))
 WORKERS = int(os.environ.get("ZBUS_BENCH_WORKER_PROCESSES", "4"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -49,7 +43,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def _zbus(tmp: Path) -> tuple[float, float]:
-    client_port, worker_port, admin = _free_port(), _free_port(), _free_port()
+    client_port, worker_port, admin = free_port(), free_port(), free_port()
     env = {**os.environ, "ZBUS_LOG_LEVEL": "WARNING"}
     procs = [
         subprocess.Popen(
@@ -75,7 +69,7 @@ def _zbus(tmp: Path) -> tuple[float, float]:
     try:
         _wait_ready(f"http://127.0.0.1:{admin}/readyz", procs[0])
         for _ in range(WORKERS):
-            port = _free_port()
+            port = free_port()
             procs.append(
                 subprocess.Popen(
                     [
@@ -123,7 +117,7 @@ def _celery(tmp: Path) -> float:
     redis = shutil.which("redis-server")
     if redis is None:
         raise RuntimeError("redis-server is not installed: apt-get install redis-server")
-    port = _free_port()
+    port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     server = subprocess.Popen(
         [redis, "--port", str(port), "--save", "", "--appendonly", "no"],

@@ -35,6 +35,7 @@ import msgpack
 import zmq
 
 from services.common.protocols import eventbus_ext as ext
+from tests.support.bus import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 N = int(os.environ.get("ZBUS_BENCH_EVENTS", "500000"))
@@ -43,12 +44,6 @@ SNAPSHOT_TOPICS = int(os.environ.get("ZBUS_BENCH_SNAPSHOT_TOPICS", "1000000"))
 BATCH = 1000
 PAYLOAD = bytes(range(100))
 TS = "2026-11-22T08:35:32.862Z"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _batches(n: int) -> list[list[bytes]]:
@@ -219,8 +214,8 @@ def _flow(
 class Bus:
     def __init__(self, data_dir: Path, **env: str) -> None:
         self.data_dir = data_dir
-        self.admin = _free_port()
-        self.port = _free_port()
+        self.admin = free_port()
+        self.port = free_port()
         base = {"ZBUS_DATA_DIR": str(data_dir), "ZBUS_LOG_LEVEL": "WARNING"}
         self.env = {**os.environ, **base, **env}
 
@@ -231,7 +226,7 @@ class Bus:
                 try:
                     s.bind(("127.0.0.1", p))
                 except OSError:
-                    self.port = _free_port()
+                    self.port = free_port()
                     return self.start()
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
@@ -288,9 +283,9 @@ def throughput(tmp: Path) -> dict[str, float]:
         bare, _ = _client_flow(bus.ep(0), N)
     finally:
         bus.stop()
-    c, p = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
+    c, p = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     base, base_got = _flow(c, p, N, forwarder=True)
-    c, p = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
+    c, p = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     spec, spec_got = _flow(c, p, N // 5, forwarder=True, per_event=True)
     print(
         f"throughput  bus, zbus client library: {rate:>10,.0f} events/s  "
@@ -528,7 +523,7 @@ def _peers_throughput() -> dict[str, float]:
         if not Path(path).exists():
             print(f"            {binary} not installed: apt-get install {binary}")
             continue
-        port = _free_port()
+        port = free_port()
         server = subprocess.Popen(
             [path, *args, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

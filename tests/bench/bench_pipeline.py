@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from pyspark.find_spark_home import _find_spark_home
 from services.broker.client import BrokerClient
 from tests.bench.cold_topic_stats import MARK
 from tests.support.archive import ARROW_SCHEMA, archive_mark, make_events, write_archive
+from tests.support.bus import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = "local[2]"
@@ -69,12 +69,6 @@ TOPICS = 1_000
 START = datetime(2024, 3, 10, tzinfo=UTC)
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _UUID_DIGITS = [i for i in range(36) if i not in (8, 13, 18, 23)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -220,8 +214,8 @@ def _running_system(tmp: Path, archive: Path) -> Iterator[str]:
     """A broker and a sparkworker (``local[2]``) as processes; yields the broker's client
     endpoint once the worker's session is up. Both are stopped by their pids (SIGTERM,
     then SIGKILL) on the way out; their logs are in ``tmp``."""
-    client_port, worker_port = _free_port(), _free_port()
-    broker_admin, worker_admin = _free_port(), _free_port()
+    client_port, worker_port = free_port(), free_port()
+    broker_admin, worker_admin = free_port(), free_port()
     env = {
         **os.environ,
         "ZBUS_LOG_LEVEL": "WARNING",
