@@ -17,9 +17,11 @@ asked, or when the bus's end of the pipe closes (the bus exited, even by ``kill 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
@@ -31,6 +33,7 @@ __all__ = ["ArchiveProcess"]
 log = logging.getLogger(__name__)
 
 _STOP_SECONDS: Final = 30.0
+NICENESS: Final = 10  # the child's scheduling priority, below the bus's
 
 
 def _serve(
@@ -45,6 +48,10 @@ def _serve(
     from services.common.logs import configure_logging
 
     configure_logging("eventbus", log_level)
+    # Background work: when the cores are busy, publishing goes first and the archive
+    # catches up after (retention holds every event it has not archived yet).
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
     writer = ArchiveWriter(uri, Path(log_path), batch=batch, page=page)
     try:
         while True:
