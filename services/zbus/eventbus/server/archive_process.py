@@ -26,7 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from zbus.eventbus.server.archive import PAGE_EVENTS, ArchiveError, ArchiveWriter, FlushResult
+from zbus.eventbus.server.archive_files import ArchiveError
+from zbus.eventbus.server.archive_writer import PAGE_EVENTS, ArchiveWriter, FlushResult
 
 __all__ = ["ArchiveProcess"]
 
