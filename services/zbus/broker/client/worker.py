@@ -25,6 +25,12 @@ jobs dispatched but not started yet are dropped, since the broker requeues them.
 Stopping (:meth:`Worker.request_stop`): no more READYs, the running jobs finish (up to
 ``drain_timeout``), then KBYE (when a broker was heard from). Threads are daemons, so a
 job stuck forever cannot hold the process up after that. A worker runs once.
+
+The worker is in three modules by role: what a job and a hook see (their types, the
+built-in jobs, :func:`current_job_id`, the error bodies) is in
+:mod:`zbus.broker.client.jobs`, the job threads and the coroutine jobs' loop are in
+:mod:`zbus.broker.client.execution`, and the connection and the dispatch are this
+module, which also re-exports the public names of the other two.
 """
 
 from __future__ import annotations
@@ -35,21 +41,29 @@ import contextlib
 import importlib
 import inspect
 import itertools
-import json
 import logging
 import math
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Literal, NoReturn, TypeAlias, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar, cast
 
 import zmq
 import zmq.asyncio
 
 from zbus.broker.client.base import NO_PATH
+from zbus.broker.client.execution import _JobLoop, _JobThreads, _Running
+from zbus.broker.client.jobs import (
+    BUILTIN_JOBS,
+    AfterJob,
+    BeforeJob,
+    JobFunction,
+    Outcome,
+    _current,
+    _describe,
+    _error_body,
+    current_job_id,
+)
 from zbus.common.protocols import emqp
 from zbus.common.protocols.errors import FrameValueError, ProtocolError
 from zbus.common.security import KeyPair, check_client, make_client
@@ -70,138 +84,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:47290"
 DIALECT: Final = emqp.Dialect(eventmq_commands=True)
-_MESSAGE_LIMIT: Final = 4000  # characters of an exception message sent back
 _READS_PER_WAKE: Final = 256
-
-Outcome: TypeAlias = Literal["succeeded", "failed"]
-JobFunction: TypeAlias = Callable[..., Any]
-#: ``before_job(job_id, call)``, on the worker's loop, before the job starts.
-BeforeJob: TypeAlias = Callable[[str, emqp.EventmqCall], object]
-#: ``after_job(job_id, call, outcome, seconds)``, on the worker's loop; ``call`` is
-#: ``None`` when the REQUEST body was not a call (the job failed without running).
-AfterJob: TypeAlias = Callable[[str, emqp.EventmqCall | None, Outcome, float], object]
 _F = TypeVar("_F", bound=JobFunction)
 
 
 class UnknownJobError(ZbusError, LookupError):
     """No job is registered under the call's name (and importing is off or failed)."""
-
-
-_current = threading.local()
-
-
-def current_job_id() -> str | None:
-    """The id of the job running in the calling thread (``None`` outside a job)."""
-    job_id: str | None = getattr(_current, "job_id", None)
-    return job_id
-
-
-# --------------------------------------------------------------------------- built-in jobs
-
-
-def _noop() -> None:
-    return None
-
-
-def _echo(*args: Any) -> list[Any]:
-    return list(args)
-
-
-def _sleep(seconds: float) -> float:
-    time.sleep(seconds)
-    return seconds
-
-
-def _fail(message: str = "failed on request") -> NoReturn:
-    raise RuntimeError(message)
-
-
-#: Jobs for tests, benchmarks and smoke checks (:meth:`Worker.register_builtins`).
-BUILTIN_JOBS: Final[dict[str, JobFunction]] = {
-    "noop": _noop,
-    "echo": _echo,
-    "sleep": _sleep,
-    "fail": _fail,
-}
-
-
-# --------------------------------------------------------------------------- threads
-
-
-class _JobThreads:
-    """A fixed set of daemon threads taking functions from one queue."""
-
-    def __init__(self, size: int) -> None:
-        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._work, name=f"zbus-job-{i}", daemon=True)
-            for i in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, fn: Callable[[], None]) -> None:
-        self._tasks.put(fn)
-
-    def stop(self) -> None:
-        for _ in self._threads:
-            self._tasks.put(None)
-
-    def _work(self) -> None:
-        while (fn := self._tasks.get()) is not None:
-            fn()
-
-
-class _JobLoop:
-    """The event loop coroutine jobs run on, in its own thread, started on first use."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def run(self, awaitable: Awaitable[Any]) -> Any:
-        """Run ``awaitable`` to its end on the job loop; called from a job thread."""
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=self._loop.run_forever, name="zbus-job-loop", daemon=True
-                ).start()
-            loop = self._loop
-
-        async def wait() -> Any:
-            return await awaitable
-
-        return asyncio.run_coroutine_threadsafe(wait(), loop).result()
-
-    def stop(self) -> None:
-        with self._lock:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._loop = None
-
-
-# --------------------------------------------------------------------------- the worker
-
-
-@dataclass(frozen=True, slots=True)
-class _Running:
-    job_id: str
-    call: emqp.EventmqCall
-    started: float  # monotonic
-
-
-def _error_body(kind: str, message: str) -> bytes:
-    if len(message) > _MESSAGE_LIMIT:
-        message = message[:_MESSAGE_LIMIT] + "..."
-    return json.dumps({"error": {"type": kind, "message": message}}).encode()
-
-
-def _describe(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:  # a broken __str__ must not turn one failure into two
-        return repr(type(exc))
 
 
 def _new_id() -> str:
