@@ -28,6 +28,9 @@ Whatever arrives that is not a well-formed DBP command is counted in ``counters`
 (``malformed``; ``unexpected`` for commands a node has no use for) and dropped, never
 raised to the caller.
 
+The errors, :class:`NodeState`, the counters and the reading of APPROVED's UDP address
+are in :mod:`zbus.catalog.client.base`, without I/O; this module re-exports their names.
+
 Example::
 
     async with CatalogNode("tcp://catalog:5246", {"name": "resizer", ...}) as node:
@@ -39,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 import uuid
@@ -50,6 +52,15 @@ from typing import Any, Final, Self
 import zmq
 import zmq.asyncio
 
+from zbus.catalog.client.base import (
+    _COUNTERS,
+    CatalogError,
+    CatalogUnavailable,
+    NodeState,
+    RegistrationDenied,
+    _udp_target,
+)
+from zbus.catalog.client.base import UDP_HEARTBEAT_KEY as UDP_HEARTBEAT_KEY  # re-exported
 from zbus.common.protocols.dbp import (
     SPEC,
     Approved,
@@ -69,7 +80,6 @@ from zbus.common.protocols.dbp import (
 )
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.security import KeyPair, make_client
-from zbus.errors import ZbusError
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -84,54 +94,9 @@ log = logging.getLogger(__name__)
 
 #: The catalog's DBP ROUTER (seed 004: "The broker MUST use a ROUTER socket on port 5246").
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5246"
-#: APPROVED configuration key naming the catalog's UDP heartbeat address: ``"host:port"``,
-#: ``[host, port]`` or a bare port on the TCP endpoint's host.
-UDP_HEARTBEAT_KEY: Final = "udp_heartbeat"
 
 #: Silence, in heartbeat intervals, after which UDP counts as having missed a beat.
 _FALLBACK_INTERVALS = 1.5
-
-
-class CatalogError(ZbusError):
-    """Base class of the errors :class:`CatalogNode` raises."""
-
-
-class RegistrationDenied(CatalogError):
-    """The catalog answered REGISTRATION (or UPDATE) with DENIED."""
-
-    def __init__(self, reasons: tuple[str, ...]) -> None:
-        self.reasons = reasons
-        super().__init__("catalog denied the registration: " + ("; ".join(reasons) or "no reason"))
-
-
-class CatalogUnavailable(CatalogError):
-    """The catalog did not answer in time, or the session ended while waiting."""
-
-
-class NodeState(enum.Enum):
-    """Where a :class:`CatalogNode` is in its conversation with the catalog."""
-
-    IDLE = "idle"
-    REGISTERING = "registering"
-    REGISTERED = "registered"
-    DENIED = "denied"
-    CLOSED = "closed"
-
-
-_COUNTERS = (
-    "registrations",
-    "reregistrations",
-    "registration_timeouts",
-    "heartbeats_udp",
-    "heartbeats_tcp",
-    "heartbeats_received",
-    "fallbacks_to_tcp",
-    "returns_to_udp",
-    "disconnects_received",
-    "updates",
-    "malformed",
-    "unexpected",
-)
 
 
 class _Udp(asyncio.DatagramProtocol):
@@ -416,7 +381,7 @@ class CatalogNode:
         if isinstance(misses, int) and not isinstance(misses, bool) and misses > 0:
             self.misses = misses
         if self._explicit_udp is None:
-            self._udp_target = self._udp_from_config(reply.config.get(UDP_HEARTBEAT_KEY))
+            self._udp_target = _udp_target(self.endpoint, reply.config.get(UDP_HEARTBEAT_KEY))
         if self._udp_target is not None and self._udp is None:
             loop = asyncio.get_running_loop()
             self._udp, _ = await loop.create_datagram_endpoint(
@@ -426,25 +391,6 @@ class CatalogNode:
         self._last_heard = time.monotonic()
         self.counters["registrations"] += 1
         self._set_state(NodeState.REGISTERED)
-
-    def _udp_from_config(self, value: object) -> tuple[str, int] | None:
-        host = self.endpoint.rpartition("://")[2].rpartition(":")[0].strip("[]") or "127.0.0.1"
-        if host == "*":
-            host = "127.0.0.1"
-        port: object = None
-        if isinstance(value, int) and not isinstance(value, bool):
-            port = value
-        elif isinstance(value, str) and ":" in value:
-            text_host, _, text_port = value.rpartition(":")
-            host = text_host.strip("[]") or host
-            port = int(text_port) if text_port.isdigit() else None
-        elif isinstance(value, list | tuple) and len(value) == 2 and isinstance(value[0], str):
-            host, port = value[0], value[1]
-        if isinstance(port, int) and not isinstance(port, bool) and 0 < port <= 0xFFFF:
-            return host, port
-        if value is not None:
-            log.warning("ignoring unusable %s in APPROVED: %r", UDP_HEARTBEAT_KEY, value)
-        return None
 
     # ------------------------------------------------------------------ the session
 
