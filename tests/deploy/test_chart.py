@@ -4,6 +4,7 @@ mistakes, and what it renders is what the docs promise (docs/deploy-kubernetes.m
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from tests.support import chart
 from tests.support.deploy import (
     ADMIN_PORTS,
+    ROOT,
     SERVICES,
     global_config_schema,
     service_config_schema,
@@ -245,3 +247,42 @@ def test_names_follow_the_release_and_overrides() -> None:
     assert {"bus-catalog", "bus-eventbus", "bus-broker", "bus-worker"} <= names
     maps = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
     assert maps["bus-worker"]["ZBUS_BROKER_ENDPOINT"] == "tcp://bus-broker:47290"
+
+
+# ------------------------------------------------------------------ the docs
+# Values whose own keys are the user's (settings, Kubernetes fields): one row each.
+_WHOLE = {
+    "config",
+    "resources",
+    "podSecurityContext",
+    "securityContext",
+    "podAnnotations",
+    "podLabels",
+    "nodeSelector",
+    "affinity",
+    "annotations",
+    "labels",
+    "executorResources",
+    "conf",
+    "keys",
+}
+
+
+def _value_paths(values: dict[str, Any], prefix: str = "") -> set[str]:
+    paths = set()
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in _WHOLE:
+            paths |= _value_paths(value, f"{path}.")
+        else:
+            paths.add(path)
+    return paths
+
+
+def test_the_docs_list_every_value() -> None:
+    doc = (ROOT / "docs" / "deploy-kubernetes.md").read_text()
+    table = doc[doc.index("### Values") :]
+    rows = set(re.findall(r"^\| `([A-Za-z0-9_.]+)` \|", table, flags=re.MULTILINE))
+    values = _value_paths(chart.default_values())
+    assert values - rows == set(), "values the docs leave out"
+    assert rows - values == set(), "values the docs list but the chart has not"
