@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -286,3 +289,21 @@ def test_the_docs_list_every_value() -> None:
     values = _value_paths(chart.default_values())
     assert values - rows == set(), "values the docs leave out"
     assert rows - values == set(), "values the docs list but the chart has not"
+
+
+# ------------------------------------------------------------------ the commands
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_command_is_a_service_of_the_zbus_command(service: str) -> None:
+    """The images' entrypoint is `zbus`; the chart's arguments must name a service it
+    runs, which takes every setting the chart gives it."""
+    args = _container(_objects({}), service)["args"]
+    zbus = Path(sys.executable).parent / "zbus"
+    proc = subprocess.run(
+        [str(zbus), *args, "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"usage: zbus {service} "), proc.stdout
+    data = _objects({})[("ConfigMap", f"zbus-{service}")]["data"]
+    for name in data:
+        flag = "--" + name.removeprefix("ZBUS_").lower().replace("_", "-")
+        assert f"{flag} " in proc.stdout, f"zbus {service} has no {flag}"
