@@ -4,6 +4,7 @@ mistakes, and what it renders is what the docs promise (docs/deploy-kubernetes.m
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from tests.support.deploy import (
     SERVICES,
     global_config_schema,
     service_config_schema,
+    settings_class,
     version,
 )
 
@@ -307,3 +309,35 @@ def test_each_command_is_a_service_of_the_zbus_command(service: str) -> None:
     for name in data:
         flag = "--" + name.removeprefix("ZBUS_").lower().replace("_", "-")
         assert f"{flag} " in proc.stdout, f"zbus {service} has no {flag}"
+
+
+# ------------------------------------------------------------------ the services read it
+_POD = {"POD_IP": "10.1.2.3", "POD_NAME": "zbus-sparkworker-5d8f-abcde"}
+
+
+@pytest.mark.parametrize("values_set", sorted(chart.VALUE_SETS))
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_loads_the_settings_the_chart_gives_it(
+    service: str, values_set: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ConfigMap and the container's variables, as Kubernetes would set them, are
+    settings the service starts with (no ConfigError)."""
+    objects = _objects(chart.values_of(values_set))
+    for name in list(os.environ):
+        if name.startswith("ZBUS_"):
+            monkeypatch.delenv(name)
+    for name, value in objects[("ConfigMap", f"zbus-{service}")]["data"].items():
+        monkeypatch.setenv(name, value)
+    for var in _container(objects, service).get("env") or []:
+        if "value" in var:
+            value = re.sub(r"\$\((\w+)\)", lambda m: _POD[m.group(1)], var["value"])
+        elif "fieldRef" in var["valueFrom"]:
+            value = _POD[
+                "POD_IP" if "podIP" in var["valueFrom"]["fieldRef"]["fieldPath"] else "POD_NAME"
+            ]
+        else:
+            value = "a-secret-value"
+        monkeypatch.setenv(var["name"], value)
+    loaded = settings_class(service).load()
+    assert loaded.admin_port == ADMIN_PORTS[service]
+    assert loaded.host == "0.0.0.0"

@@ -108,6 +108,11 @@ def _load(path: str) -> type[Any]:
     return cls
 
 
+def settings_class(service: str) -> type[Any]:
+    """The settings class of ``service`` (it has ``load``, as the service uses it)."""
+    return _load(SETTINGS_CLASSES[service])
+
+
 def env_name(field: str) -> str:
     return f"ZBUS_{field.upper()}"
 

@@ -141,6 +141,18 @@ tcp://{{ include "zbus.fullname" . }}-broker:47290
 {{- end }}
 
 {{/*
+A setting's value as the service reads it: whole numbers without an exponent (values
+arrive as floats, and 16777216 would otherwise read "1.6777216e+07").
+*/}}
+{{- define "zbus.settingValue" -}}
+{{- if and (kindIs "float64" .) (eq (floor .) .) }}
+{{- int64 . }}
+{{- else }}
+{{- toString . }}
+{{- end }}
+{{- end }}
+
+{{/*
 The non-secret ZBUS_* settings of one service, as a map: what the deployment decides,
 then the values' `config`, then the service's own `config`.
 */}}
@@ -170,10 +182,10 @@ then the values' `config`, then the service's own `config`.
 {{- $_ := set $env $key $value }}
 {{- end }}
 {{- range $key, $value := $root.Values.config }}
-{{- $_ := set $env $key (toString $value) }}
+{{- $_ := set $env $key (include "zbus.settingValue" $value) }}
 {{- end }}
 {{- range $key, $value := (get $root.Values $name).config }}
-{{- $_ := set $env $key (toString $value) }}
+{{- $_ := set $env $key (include "zbus.settingValue" $value) }}
 {{- end }}
 {{- if $root.Values.curve.enabled }}
 {{- $_ := set $env "ZBUS_CURVE_SECRET_KEY" (printf "/etc/zbus/keys/%s.key_secret" $name) }}
@@ -214,7 +226,7 @@ filled in by Kubernetes from the downward API.
 {{- $_ := set $conf "spark.kubernetes.executor.podTemplateContainerName" "spark-executor" }}
 {{- end }}
 {{- range $key, $value := $root.Values.sparkworker.spark.conf }}
-{{- $_ := set $conf $key (toString $value) }}
+{{- $_ := set $conf $key (include "zbus.settingValue" $value) }}
 {{- end }}
 {{- $items := list }}
 {{- range $key, $value := $conf }}
