@@ -23,8 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from services.common.settings import ConfigError
-from services.launcher import load_cluster
+from zbus.common.settings import ConfigError
+from zbus.launcher import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"

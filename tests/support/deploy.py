@@ -22,13 +22,13 @@ CHART: Final = ROOT / "helm" / "zbus"
 
 #: Every service the deploy files run, and its settings class.
 SETTINGS_CLASSES: Final = {
-    "catalog": "services.catalog.config:CatalogSettings",
-    "eventbus": "services.eventbus.config:EventBusSettings",
-    "broker": "services.broker.config:BrokerSettings",
-    "worker": "services.broker.worker_service:WorkerSettings",
-    "sparkworker": "services.sparkworker.config:SparkWorkerSettings",
+    "catalog": "zbus.catalog.server.config:CatalogSettings",
+    "eventbus": "zbus.eventbus.server.config:EventBusSettings",
+    "broker": "zbus.broker.server.config:BrokerSettings",
+    "worker": "zbus.worker.service:WorkerSettings",
+    "sparkworker": "zbus.sparkworker.config:SparkWorkerSettings",
 }
-COMMON_SETTINGS: Final = "services.common.settings:ServiceSettings"
+COMMON_SETTINGS: Final = "zbus.common.settings:ServiceSettings"
 SERVICES: Final = tuple(SETTINGS_CLASSES)
 
 #: The image each service runs (repository; the tag is the project's version).
