@@ -60,7 +60,8 @@ COUNTERS: Final = (
     "registrations_denied_name_taken",  # a live node of another identity has the name
     "registrations_denied_policy",  # name or CURVE key not in the allowed sets
     "updates",
-    "updates_denied",  # an UPDATE that tries to change the node's name
+    "updates_denied",  # an UPDATE that changes the name or is malformed (nothing kept)
+    "updates_denied_policy",  # a Hermes UPDATE by name from a key other than the node's
     "info_requests",
     "heartbeats_tcp",
     "heartbeats_udp",
