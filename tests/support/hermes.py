@@ -103,7 +103,7 @@ def run_hermes(python: Path, *args: str, timeout: float = 30.0) -> list[dict[str
 @contextlib.contextmanager
 def hermes_broker(python: Path, beacon_port: int) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """The real Hermes broker (``CoreCatalogService``) as a process: yields its ROUTER
-    port and the process; stopped with SIGTERM (its own handler), killed if it hangs.
+    port and the process, and kills it at the end.
 
     Its output (it prints every frame it receives) goes to a file, not a pipe nobody
     reads, which would stop it once full.
@@ -132,9 +132,6 @@ def hermes_broker(python: Path, beacon_port: int) -> Iterator[tuple[int, subproc
                     time.sleep(0.02)  # polling its log for the port, with a deadline
             yield port, proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10 * UNIT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            # Killed: its SIGTERM handler can leave a timer thread that keeps it alive.
+            proc.kill()
+            proc.wait()
