@@ -5,12 +5,13 @@ numbers). No sockets, no sleeping: commands and time values in, what it sends ou
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
 
 from tests.unit.catalog.test_core import HERMES_INFO, T0, A, B, C, core, info, register
-from zbus.catalog.core.catalog import CatalogCore, Outgoing
+from zbus.catalog.core.catalog import CatalogConfig, CatalogCore, Outgoing
 from zbus.common.protocols.dbp import (
     HERMES,
     Approved,
@@ -243,3 +244,46 @@ def test_an_update_in_a_spec_readers_words_is_stored_canonically() -> None:
     assert isinstance(c.take_outbox()[0].command, Awk)
     [rec] = c.take_changes()
     assert rec.info == info(port=7001, heartbeat_interval=1.5)
+
+
+# ---------------------------------------------------------------- configuration ranges
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("heartbeat_interval", "0.001"),
+        ("heartbeat_interval", "1e9"),
+        ("heartbeat_interval", "nan"),
+        ("heartbeat_misses", "0"),
+        ("heartbeat_misses", "1000"),
+        ("grace", "-1"),
+        ("grace", "1e12"),
+        ("log_window", "10000000"),
+        ("udp_port", "70000"),
+    ],
+)
+def test_catalog_settings_out_of_range_are_refused_naming_the_setting(
+    setting: str, value: str, tmp_path: Any
+) -> None:
+    from zbus.catalog.server.config import CatalogSettings
+    from zbus.common.settings import ConfigError
+
+    flag = "--" + setting.replace("_", "-")
+    with pytest.raises(ConfigError, match=setting):
+        CatalogSettings.load([flag, value, "--data-dir", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"heartbeat_interval": 1e9},
+        {"heartbeat_interval": math.nan},
+        {"heartbeat_misses": 10**9},
+        {"grace": 1e12},
+        {"udp_port": 70000},
+    ],
+)
+def test_catalog_config_out_of_range_is_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        CatalogConfig(**bad)
