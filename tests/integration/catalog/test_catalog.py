@@ -58,7 +58,9 @@ async def _services(catalog: CatalogService) -> dict[str, Any]:
 
 
 async def test_a_node_registers_heartbeats_over_udp_and_leaves(tmp_path: Path) -> None:
-    async with running_catalog(tmp_path, heartbeat_interval=0.1) as catalog:
+    # 30 misses (3 s): a loop stalled on a busy machine must not make the node inactive,
+    # which would let the twin below take its name.
+    async with running_catalog(tmp_path, heartbeat_interval=0.1, heartbeat_misses=30) as catalog:
         node = CatalogNode(catalog.endpoints["dbp"], _info("svc-a"), heartbeat_interval=0.1)
         await node.start()
         try:
