@@ -100,6 +100,11 @@ ERROR_REASONS = (
     "wrong_direction",
 )
 
+#: Why a message was not delivered: the connection's bound (slow_client), the connection
+#: gone (gone), the door missed stream batches (stream_gap, in events), an event larger
+#: than mc0 carries (too_large).
+DROP_REASONS = ("gone", "slow_client", "stream_gap", "too_large")
+
 NOOP_AFTER = 0.95  # x TTL of the bus's silence towards a session
 DROP_AFTER = 1.05  # x TTL of a session's silence
 MAX_PRODUCER_ID_BYTES = 200  # a longer CONNECT ID is not used as the producer
@@ -111,7 +116,8 @@ class Mc0Limits:
 
     Attributes:
         max_data_bytes: the stored event's data (the body, or the envelope of body and
-            headers), at most.
+            headers), at most; a larger event from another door is not delivered as
+            MESSAGE (counted, ``too_large``).
         default_ttl_ms: the TTL of a session whose CONNECT gave none, or that never
             sent CONNECT.
         min_ttl_ms, max_ttl_ms: the TTLs a CONNECT may ask for.
@@ -196,6 +202,7 @@ class Mc0Core:
         self.received = dict.fromkeys(VERBS_IN, 0)
         self.sent = dict.fromkeys(VERBS_OUT, 0)
         self.errors = dict.fromkeys(ERROR_REASONS, 0)
+        self.drops = dict.fromkeys(DROP_REASONS, 0)
         self.expired = 0  # sessions dropped after 1.05 x TTL of silence
         self._heap: list[tuple[float, int, int, Session, int]] = []
         self._tie = itertools.count()
@@ -356,6 +363,9 @@ class Mc0Core:
         targets = self.topics.match(topic)
         if not targets:
             return 0
+        if len(data) > self.limits.max_data_bytes:
+            self.drops["too_large"] += len(targets)
+            return 0
         headers, body = unwrap(data)
         shapes: dict[bool, list[bytes]] = {}
         sessions = self.sessions
@@ -471,6 +481,7 @@ def _message(topic: str, headers: Headers, body: bytes, delimiter: bool) -> list
 
 __all__ = [
     "DROP_AFTER",
+    "DROP_REASONS",
     "ERROR_REASONS",
     "NOOP_AFTER",
     "VERBS_IN",

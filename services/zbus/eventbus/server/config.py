@@ -57,6 +57,18 @@ class EventBusSettings(ServiceSettings):
         ge=1,
         description="flush early once this many events wait; at most this many per flush",
     )
+    mc0_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="the mc0 door's port (61616 in the local cluster and the containers); "
+        "unset: no mc0 door; 0: any free port",
+    )
+    mc0_peer_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1,
+        description="what one mc0 connection can make the bus hold, each way (docs/eventbus.md)",
+    )
 
     @model_validator(mode="after")
     def _derive_ports(self) -> EventBusSettings:
