@@ -24,7 +24,7 @@ from tests.support.mc0 import RawPeer, bus_thread, connector_connect
 from tests.support.waiting import UNIT, wait_for
 from zbus.common.protocols import eventbus as eb
 from zbus.eventbus.client import BusEndpoints, EventBusClient
-from zbus.eventbus.server.mc0_door import MAX_DATA_BYTES
+from zbus.eventbus.core.mc0 import MAX_DATA_BYTES
 from zbus.eventbus.server.service import EventBusService
 from zbus.eventbus.server.store import Event, SqliteLogReader
 

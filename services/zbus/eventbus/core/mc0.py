@@ -108,6 +108,8 @@ DROP_REASONS = ("gone", "slow_client", "stream_gap", "too_large")
 NOOP_AFTER = 0.95  # x TTL of the bus's silence towards a session
 DROP_AFTER = 1.05  # x TTL of a session's silence
 MAX_PRODUCER_ID_BYTES = 200  # a longer CONNECT ID is not used as the producer
+MAX_DATA_BYTES = 1024 * 1024  # an event's data through mc0, either way, at most
+BATCH_SLACK = 64 * 1024  # room in a ZB-PUB frame beyond its events' fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,12 @@ class Mc0Limits:
     def max_frames(self) -> int:
         """Frames in one message, at most: the largest SUB or PUT there can be."""
         return 4 + 2 * (self.max_headers + 2) + self.max_topics_per_message
+
+
+def bus_limits(max_message_bytes: int) -> Mc0Limits:
+    """The door's ranges on a bus whose collector takes messages of at most
+    ``max_message_bytes``: an event's data must fit one, and at most MAX_DATA_BYTES."""
+    return Mc0Limits(max_data_bytes=min(MAX_DATA_BYTES, max_message_bytes - BATCH_SLACK))
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,9 +488,11 @@ def _message(topic: str, headers: Headers, body: bytes, delimiter: bool) -> list
 
 
 __all__ = [
+    "BATCH_SLACK",
     "DROP_AFTER",
     "DROP_REASONS",
     "ERROR_REASONS",
+    "MAX_DATA_BYTES",
     "NOOP_AFTER",
     "VERBS_IN",
     "VERBS_OUT",
@@ -491,5 +501,6 @@ __all__ = [
     "Publish",
     "Reply",
     "Session",
+    "bus_limits",
     "default_producer",
 ]

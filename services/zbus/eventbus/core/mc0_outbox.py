@@ -13,7 +13,32 @@ from __future__ import annotations
 
 from collections import deque
 
+from zbus.eventbus.core.mc0 import Mc0Limits
+
 FRAME_OVERHEAD = 64  # what ZeroMQ keeps per frame beyond its bytes (zmq_msg_t)
+
+
+def message_bytes(limits: Mc0Limits) -> int:
+    """The largest message one mc0 connection exchanges with the bus, either way, with
+    ZeroMQ's bookkeeping of its frames: a PUT or MESSAGE of the largest data and topic,
+    or a SUB of the most topics."""
+    payload = max(
+        limits.max_data_bytes + limits.max_topic_bytes,
+        limits.max_topics_per_message * limits.max_topic_bytes,
+    )
+    return payload + FRAME_OVERHEAD * limits.max_frames + 1024
+
+
+def hwm_for(peer_bytes: int, size: int) -> int:
+    """The high-water mark that keeps a queue and the message in flight, ``(hwm + 1)``
+    messages of ``size`` bytes, within ``peer_bytes``; 0 when not even two fit."""
+    return max(0, peer_bytes // size - 1)
+
+
+def smallest_peer_bytes(limits: Mc0Limits) -> int:
+    """The least ``mc0_peer_bytes`` that works: ZeroMQ's half holds two of the largest
+    messages, and so does the outbox's."""
+    return 4 * message_bytes(limits)
 
 
 def message_size(frames: list[bytes]) -> int:
@@ -79,4 +104,11 @@ class Outbox:
         return self._bytes.get(identity, 0)
 
 
-__all__ = ["FRAME_OVERHEAD", "Outbox", "message_size"]
+__all__ = [
+    "FRAME_OVERHEAD",
+    "Outbox",
+    "hwm_for",
+    "message_bytes",
+    "message_size",
+    "smallest_peer_bytes",
+]

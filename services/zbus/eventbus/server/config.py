@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from zbus.common.settings import ServiceSettings
+from zbus.eventbus.core.mc0 import BATCH_SLACK, bus_limits
+from zbus.eventbus.core.mc0_outbox import smallest_peer_bytes
 
 
 class EventBusSettings(ServiceSettings):
@@ -76,6 +78,21 @@ class EventBusSettings(ServiceSettings):
         for offset, name in ((1, "publisher_port"), (2, "collector_port"), (3, "stream_port")):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, base + offset if base else 0)
+        return self
+
+    @model_validator(mode="after")
+    def _check_mc0(self) -> EventBusSettings:
+        if self.mc0_port is None:
+            return self
+        if self.max_message_bytes < 2 * BATCH_SLACK:
+            raise ValueError(
+                f"max_message_bytes must be at least {2 * BATCH_SLACK} with the mc0 door on"
+            )
+        least = smallest_peer_bytes(bus_limits(self.max_message_bytes))
+        if self.mc0_peer_bytes < least:
+            raise ValueError(
+                f"mc0_peer_bytes must be at least {least}: four mc0 messages of the largest size"
+            )
         return self
 
     def archive_uri(self) -> str | None:

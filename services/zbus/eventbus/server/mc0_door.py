@@ -41,8 +41,8 @@ from zbus.common.protocols.errors import ProtocolError
 from zbus.common.rejects import LogLimiter
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
-from zbus.eventbus.core.mc0 import Mc0Core, Mc0Limits, Publish
-from zbus.eventbus.core.mc0_outbox import Outbox
+from zbus.eventbus.core.mc0 import BATCH_SLACK, Mc0Core, Publish, bus_limits
+from zbus.eventbus.core.mc0_outbox import Outbox, hwm_for, message_bytes
 from zbus.eventbus.core.mc0_puts import PutTracker
 from zbus.eventbus.server.config import EventBusSettings
 
@@ -53,34 +53,9 @@ POLL_MS = 100  # how often the thread looks at its stop flag when idle
 # connection reads: its queue drains in microseconds), after 1 ms after one that sent
 # none, and after 10 ms once rounds keep sending none (a stalled connection).
 RETRY_MS = (0, 1, 10)
-MAX_DATA_BYTES = 1024 * 1024  # an event's data, at most, through mc0 either way
 READS_PER_WAKE = 1000  # messages taken from one socket before the others get a turn
 MAX_BATCHES_IN_FLIGHT = 1000  # ZB-PUB batches sent and not answered; then PUT gets ERROR
 CONFIRM_TIMEOUT = 30.0  # seconds the collector has to answer a batch
-BATCH_SLACK = 64 * 1024  # room in a ZB-PUB frame beyond its events' fields
-ZMQ_FRAME_BYTES = 64  # ZeroMQ's own bookkeeping of one frame (zmq_msg_t)
-
-
-def limits_for(settings: EventBusSettings) -> Mc0Limits:
-    """The door's ranges: an event's data must also fit one collector message."""
-    return Mc0Limits(max_data_bytes=min(MAX_DATA_BYTES, settings.max_message_bytes - BATCH_SLACK))
-
-
-def message_bytes(limits: Mc0Limits) -> int:
-    """The largest message one mc0 connection exchanges with the bus, each way, with
-    ZeroMQ's bookkeeping of its frames: a PUT or MESSAGE of the largest data and topic,
-    or a SUB of the most topics."""
-    payload = max(
-        limits.max_data_bytes + limits.max_topic_bytes,
-        limits.max_topics_per_message * limits.max_topic_bytes,
-    )
-    return payload + ZMQ_FRAME_BYTES * limits.max_frames + 1024
-
-
-def hwm_for(peer_bytes: int, size: int) -> int:
-    """The high-water mark that keeps a queue and the message in flight, ``(hwm + 1)``
-    messages of ``size`` bytes, within ``peer_bytes``; 0 when not even two fit."""
-    return max(0, peer_bytes // size - 1)
 
 
 def _stamp(now: float) -> str:
@@ -107,7 +82,7 @@ class Mc0Door(SocketThread):
         self.collector_endpoint = collector
         self.stream_endpoint = stream
         self.secure = secure
-        self.limits = limits_for(settings)
+        self.limits = bus_limits(settings.max_message_bytes)
         self.core = Mc0Core(self.limits)
         self.puts = PutTracker(max_batches=MAX_BATCHES_IN_FLIGHT, timeout=CONFIRM_TIMEOUT)
         self.outbox = Outbox(settings.mc0_peer_bytes // 2)
@@ -121,14 +96,8 @@ class Mc0Door(SocketThread):
     # ------------------------------------------------------------------ sockets
     def open(self) -> None:
         size = message_bytes(self.limits)
-        send_hwm = hwm_for(self.settings.mc0_peer_bytes // 2, size)
-        if send_hwm < 1:
-            from zbus.common.settings import ConfigError
-
-            raise ConfigError(
-                f"mc0_peer_bytes must be at least {4 * size} bytes: twice two mc0 messages "
-                f"of up to {size} bytes"
-            )
+        send_hwm = hwm_for(self.settings.mc0_peer_bytes // 2, size)  # >= 1: the settings
+        # refuse an mc0_peer_bytes below four of the largest messages
         self.router = self.ctx.socket(zmq.ROUTER)
         self.collector = self.ctx.socket(zmq.DEALER)
         self.stream = self.ctx.socket(zmq.SUB)
@@ -405,4 +374,4 @@ class Mc0Metrics(Collector):
         )
 
 
-__all__ = ["Mc0Door", "Mc0Metrics", "hwm_for", "limits_for", "message_bytes"]
+__all__ = ["Mc0Door", "Mc0Metrics"]
