@@ -149,8 +149,9 @@ class WorkerService(Service):
         self._task.add_done_callback(self._worker_ended)
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("worker failed; stopping the service", exc_info=task.exception())
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("worker failed; stopping the service", exc_info=exc)
+            self.fail(f"the worker failed: {exc!r}")  # exit status 1: a supervisor restarts it
         self.request_stop()
 
     async def drain(self) -> None:

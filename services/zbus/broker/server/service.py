@@ -98,6 +98,7 @@ class BrokerService(Service):
             self.clock,
             self.secure,
         )
+        self.essential(self.router)  # no routing thread, no broker: fail, exit non-zero
         self.router.start()
         await asyncio.to_thread(self.router.ready.wait)
         if self.router.failed is not None:
