@@ -13,12 +13,17 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from zbus.broker.core.errors import HeaderError
+from zbus.broker.core.limits import (
+    MAX_RETRIES,
+    MAX_RUN_COUNT,
+    MAX_SECONDS,
+    parse_count,
+    parse_seconds,
+)
 from zbus.broker.core.model import Headers, Job, JobState
 
 
@@ -148,34 +153,23 @@ class JobOptions:
     delay: float
 
 
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise HeaderError(name, value, "a number of seconds >= 0")
-    return seconds
-
-
 def job_options(headers: Headers, default_retries: int) -> JobOptions:
     """Read ``retry-count:N``, ``timeout:S`` and ``delay:S``; other headers pass through.
 
-    ``timeout:0`` means no timeout, as eventmq's jobmanager reads it.
+    ``timeout:0`` means no timeout, as eventmq's jobmanager reads it. The ranges are
+    :mod:`zbus.broker.core.limits`'s: retries 0..1000, seconds 0..30 days.
 
     Raises:
-        HeaderError: for a value that is not a count / a number of seconds.
+        HeaderError: for a value that is not a count / a number of seconds in its range.
     """
     retries, timeout, delay = default_retries, None, 0.0
     for name, value in headers:
         if name == "retry-count":
-            if not (value.isdigit() and value.isascii()):
-                raise HeaderError(name, value, "a whole number >= 0")
-            retries = int(value)
+            retries = parse_count(name, value, 0, MAX_RETRIES)
         elif name == "timeout":
-            timeout = _seconds(name, value) or None
+            timeout = parse_seconds(name, value, MAX_SECONDS, zero="0: no timeout") or None
         elif name == "delay":
-            delay = _seconds(name, value)
+            delay = parse_seconds(name, value, MAX_SECONDS)
     return JobOptions(retries, timeout, delay)
 
 
@@ -195,13 +189,13 @@ def run_count(headers: Headers) -> int | None:
     """eventmq's ``run_count:N`` SCHEDULE header: how many more times it may fire.
 
     ``None`` for no limit: no header, or eventmq's ``-1``.
+
+    Raises:
+        HeaderError: for a value that is not -1 or a count in 0..1,000,000,000.
     """
     for name, value in headers:
         if name == "run_count":
-            digits = value.removeprefix("-")
-            if not (digits.isdigit() and digits.isascii()):
-                raise HeaderError(name, value, "a whole number")
-            count = int(value)
+            count = parse_count(name, value, -1, MAX_RUN_COUNT)
             return None if count == -1 else count
     return None
 
