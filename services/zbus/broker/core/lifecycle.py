@@ -153,6 +153,13 @@ class JobOptions:
     delay: float
 
 
+# Header tuples repeat from job to job (the codec shares one per header text), so the
+# options read from the short ones are kept: the per-job cost is one dict lookup.
+_OPTIONS: dict[tuple[Headers, int], JobOptions] = {}
+_CACHE_LIMIT: Final = 512
+_CACHED_HEADERS_MAX: Final = 256  # characters: large header sets are not kept
+
+
 def job_options(headers: Headers, default_retries: int) -> JobOptions:
     """Read ``retry-count:N``, ``timeout:S`` and ``delay:S``; other headers pass through.
 
@@ -162,15 +169,26 @@ def job_options(headers: Headers, default_retries: int) -> JobOptions:
     Raises:
         HeaderError: for a value that is not a count / a number of seconds in its range.
     """
+    key = (headers, default_retries)
+    options = _OPTIONS.get(key)
+    if options is not None:
+        return options
     retries, timeout, delay = default_retries, None, 0.0
+    size = 0
     for name, value in headers:
+        size += len(name) + len(value)
         if name == "retry-count":
             retries = parse_count(name, value, 0, MAX_RETRIES)
         elif name == "timeout":
             timeout = parse_seconds(name, value, MAX_SECONDS, zero="0: no timeout") or None
         elif name == "delay":
             delay = parse_seconds(name, value, MAX_SECONDS)
-    return JobOptions(retries, timeout, delay)
+    options = JobOptions(retries, timeout, delay)
+    if size <= _CACHED_HEADERS_MAX:
+        if len(_OPTIONS) >= _CACHE_LIMIT:
+            _OPTIONS.clear()
+        _OPTIONS[key] = options
+    return options
 
 
 def forward_headers(headers: Headers) -> Headers:

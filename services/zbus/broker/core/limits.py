@@ -162,7 +162,12 @@ def parse_seconds(header: str, text: str, high: float, *, zero: str = "") -> flo
     Raises:
         HeaderError: naming the header.
     """
-    seconds = float(text) if len(text) <= _MAX_DIGITS and _DECIMAL.fullmatch(text) else math.nan
+    if len(text) > _MAX_DIGITS:
+        seconds = math.nan
+    elif text.isdigit() and text.isascii():  # the common case, without the pattern
+        seconds = float(text)
+    else:
+        seconds = float(text) if _DECIMAL.fullmatch(text) else math.nan
     if not 0 <= seconds <= high:  # NaN fails too
         raise HeaderError(header, text, _seconds_words(high, zero=zero))
     return seconds
