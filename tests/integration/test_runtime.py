@@ -127,6 +127,7 @@ async def test_a_failing_background_task_stops_the_service(tmp_path: Path) -> No
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(task, 10 * UNIT)
     assert service.ctx.closed
+    assert service.failure is not None and "boom" in service.failure
 
 
 async def test_admin_port_in_use_is_a_clear_error(tmp_path: Path) -> None:

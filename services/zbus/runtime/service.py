@@ -12,6 +12,12 @@ Shutdown (SIGTERM, SIGINT or :meth:`Service.request_stop`): readiness goes false
 background tasks are cancelled (no new work is taken), :meth:`drain` runs, then sockets
 close with linger 0, the context terminates and the admin server stops; all of it inside
 ``shutdown_timeout`` seconds, after which whatever is left is cancelled.
+
+A part the service cannot serve without that fails while it runs (a thread marked with
+:meth:`Service.essential`, a background task) is logged with its cause and stops the
+service the same way (:meth:`Service.fail`); ``/healthz`` then answers 503, and the
+process exits with status 1, so that a supervisor restarts it. Exit statuses: 0 stopped
+when asked, 1 stopped by such a failure, 2 could not start (configuration).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import logging
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Coroutine, Generator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,12 +50,15 @@ from zbus.common.security import (
     make_server,
 )
 from zbus.common.settings import ConfigError, ServiceSettings
+from zbus.common.threads import EssentialThread
 from zbus.common.version import __version__
 from zbus.runtime.admin import create_admin_app
 from zbus.runtime.logship import install_log_shipping
 from zbus.runtime.registration import CatalogRegistration
 
 log = logging.getLogger(__name__)
+
+_WATCH_EVERY = 1.0  # seconds between looks at the essential threads that have no hook
 
 
 class _AdminServer(uvicorn.Server):
@@ -83,6 +93,10 @@ class Service:
         self._admin_task: asyncio.Task[None] | None = None
         self._registration: CatalogRegistration | None = None
         self._registration_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._essential: list[threading.Thread] = []
+        #: Why the service stopped by itself (:meth:`fail`); None while it has not.
+        self.failure: str | None = None
         self.admin_app: FastAPI = create_admin_app(self)
         ProcessCollector(registry=self.registry)
         Info("zbus_service", "The service and its version", registry=self.registry).info(
@@ -200,6 +214,51 @@ class Service:
         """Begin a graceful shutdown (safe to call more than once, from the loop)."""
         self._stop.set()
 
+    def fail(self, reason: str) -> None:
+        """Stop because a part the service cannot serve without failed (from the loop).
+
+        The first reason is kept in :attr:`failure` and logged; ``/healthz`` answers 503
+        from now on, and :func:`run` exits with status 1 once the service has stopped.
+        """
+        if self.failure is None:
+            self.failure = reason
+            log.error("the service cannot serve any more; stopping", extra={"error": reason})
+        self.request_stop()
+
+    def essential(self, thread: threading.Thread) -> None:
+        """Mark ``thread`` as one the service cannot serve without.
+
+        When it ends while it was not asked to stop, the service :meth:`fail`s: at once
+        for an :class:`~zbus.common.threads.EssentialThread` (through its death hook,
+        with the cause), within a second for any other thread once it has started.
+        """
+        self._essential.append(thread)
+        if isinstance(thread, EssentialThread):
+            thread.on_death(self._thread_died)
+
+    def _thread_died(self, thread: EssentialThread, cause: BaseException | None) -> None:
+        # In the dying thread: hand over to the loop, which owns the shutdown.
+        reason = f"thread {thread.name} " + (
+            f"died: {cause!r}" if cause is not None else "ended without being asked to"
+        )
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                loop.call_soon_threadsafe(self.fail, reason)
+                return
+        if self.failure is None:  # after the loop: run() still exits with status 1
+            self.failure = reason
+
+    async def _watch_essentials(self) -> None:
+        """Fail when a started essential thread is gone (those without a death hook)."""
+        while True:
+            for thread in self._essential:
+                if thread.ident is not None and not thread.is_alive():
+                    halted = isinstance(thread, EssentialThread) and thread.halted
+                    if not halted:
+                        self.fail(f"thread {thread.name} is gone")
+            await asyncio.sleep(_WATCH_EVERY)
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
@@ -207,7 +266,7 @@ class Service:
     # --------------------------------------------------------------- running
     async def run(self) -> None:
         """Run until stopped; returns once everything is closed."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         handled: list[signal.Signals] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -236,6 +295,7 @@ class Service:
                     zmq.Context.shadow(self.ctx), self.settings.curve_allowed_clients
                 )
                 self._zap.start()
+                self.essential(self._zap.thread)  # no ZAP handler: no CURVE client gets in
         elif self.settings.curve_allowed_clients is not None:
             raise ConfigError("curve_allowed_clients needs curve_secret_key as well")
         for name in ("catalog_public_key", "eventbus_public_key", "broker_public_key"):
@@ -243,7 +303,8 @@ class Service:
                 raise ConfigError(f"{name} needs curve_secret_key as well")
         await self.start()
         await self._start_admin()
-        self._tasks = [asyncio.create_task(self._guard(c)) for c in self.background()]
+        background = (*self.background(), self._watch_essentials())
+        self._tasks = [asyncio.create_task(self._guard(c)) for c in background]
         self._ready = True
 
     async def _guard(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -252,9 +313,10 @@ class Service:
             await coro
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("background task failed; stopping the service")
-            self.request_stop()
+            name = getattr(coro, "__qualname__", "of the service")
+            self.fail(f"background task {name} failed: {exc!r}")
 
     async def _start_admin(self) -> None:
         sock = socket.socket(socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET)
@@ -350,18 +412,25 @@ def run(
         raise SystemExit(2) from None
     configure_logging(service_class.name, settings.log_level)
     shipper = None
+    service: Service | None = None
     try:
         if settings.eventbus_endpoint:
             shipper = install_log_shipping(
                 service_class.name, settings.eventbus_endpoint, curve=_log_shipping_curve(settings)
             )
-        asyncio.run(service_class(settings).run())
+        service = service_class(settings)
+        asyncio.run(service.run())
     except ConfigError as exc:
         log.error("cannot start", extra={"error": str(exc)})
         raise SystemExit(2) from None
     finally:
         if shipper is not None:
             shipper.close()
+    if service.failure is not None:
+        # A supervisor (the launcher, compose, Kubernetes) restarts a service that exits
+        # non-zero; one that stopped serving must not look like a clean stop.
+        log.error("exiting after a failure", extra={"error": service.failure, "status": 1})
+        raise SystemExit(1)
 
 
 def _log_shipping_curve(settings: ServiceSettings) -> tuple[KeyPair, bytes] | None:

@@ -21,6 +21,8 @@ from typing import Any, Literal, TypeAlias
 
 from pyspark import StatusTracker
 
+from zbus.common.threads import EssentialThread
+
 __all__ = ["JobBoard", "JobRecord", "Progress", "ProgressPoller", "read_progress"]
 
 log = logging.getLogger(__name__)
@@ -197,12 +199,15 @@ class ProgressPoller:
         self.on_change = on_change
         self.interval = interval
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zbus-spark-progress", daemon=True)
+        # Essential to the service: it also re-makes a session a job stopped.
+        self.thread = EssentialThread("zbus-spark-progress", self._run)
+        self._thread = self.thread
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        self._thread.stop()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)

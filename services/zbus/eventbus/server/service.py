@@ -105,6 +105,7 @@ class EventBusService(Service):
             sync_ctx, self.settings, self.store.reader, self.metrics, self.secure
         )
         for thread in (self.pipeline, self.snapshots):
+            self.essential(thread)  # the bus cannot serve without either: fail, exit 1
             thread.start()
             await asyncio.to_thread(thread.ready.wait)
             if thread.failed is not None:
@@ -126,6 +127,7 @@ class EventBusService(Service):
                 last_sequence=self.store.last_sequence,
                 on_mark=self.store.hold_retention,
             )
+            self.essential(self.archiver)  # without it the log is never rolled or trimmed
             self.archiver.start()
         self.endpoints["snapshot"] = self.snapshots.endpoint
         self.endpoints.update(self.pipeline.endpoints)
@@ -142,7 +144,8 @@ class EventBusService(Service):
         return [self._watch()]
 
     async def _watch(self) -> None:
-        """Every second: sample the publish rate, refresh log size, watch the threads."""
+        """Every second: sample the publish rate, refresh the log size. (The threads
+        are the runtime's to watch: :meth:`Service.essential`.)"""
         # One thread owns the reader connection: a cancelled await does not stop the call
         # it waits for, so closing from another thread could race a running query.
         executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eventbus-watch")
@@ -158,9 +161,6 @@ class EventBusService(Service):
                 stats = await loop.run_in_executor(executor, reader.stats)
                 self.metrics.log_bytes.set(stats.size_bytes)
                 self.metrics.log_events.set(stats.events)
-                for thread in (self.pipeline, self.snapshots):
-                    if not thread.is_alive():
-                        raise RuntimeError(f"{thread.name} stopped")
                 await asyncio.sleep(1.0)
         finally:
             executor.submit(reader.close)
