@@ -257,8 +257,7 @@ class Service:
             self.request_stop()
 
     async def _start_admin(self) -> None:
-        sock = socket.socket(socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = _admin_listener(self.settings.host)
         try:
             sock.bind((self.settings.host, self.settings.admin_port))
         except OSError as exc:
@@ -333,6 +332,24 @@ class Service:
             self._admin_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._admin_task
+
+
+def _admin_listener(host: str) -> socket.socket:
+    """The admin API's listening socket, not yet bound.
+
+    A response goes out in two writes (headers, then body). Under Nagle's algorithm the
+    second waits for the ACK of the first, which a client on a kept-alive connection
+    delays by 40 ms: a request on a kept-alive connection took 44 ms instead of 1.
+    asyncio sets TCP_NODELAY on every connection it accepts, but only when the listening
+    socket's protocol is IPPROTO_TCP, and a socket made with protocol 0 is not; so the
+    protocol is given. TCP_NODELAY on the listener as well: Linux copies it to every
+    accepted socket.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def main(service_class: type[Service], settings_class: type[ServiceSettings]) -> None:
