@@ -14,7 +14,8 @@ class SocketThread(threading.Thread):
     Subclasses implement :meth:`open` (create and bind; a failure is reported through
     :attr:`failed` once :attr:`ready` is set, and the service fails its start),
     :meth:`loop` (run until :attr:`halted`), and :meth:`close` (release whatever
-    :meth:`open` got, even when it failed half-way).
+    :meth:`open` got, even when it failed half-way). :meth:`stop` and :meth:`join` are
+    safe on a thread that never started.
     """
 
     def __init__(self, name: str) -> None:
@@ -25,6 +26,13 @@ class SocketThread(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to end; at once when it never started (the service's
+        start failed before it), where ``threading.Thread.join`` raises."""
+        if self.ident is None:
+            return
+        super().join(timeout)
 
     @property
     def halted(self) -> bool:

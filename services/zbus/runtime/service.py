@@ -159,13 +159,21 @@ class Service:
         ``port=0`` binds any free port; the endpoint really bound is recorded in
         :attr:`endpoints` under ``name``. With ``open_zap`` the ZAP handler admits any
         CURVE key on this socket, and the service checks the peer's key itself.
+
+        Raises:
+            ConfigError: the port cannot be bound (in use, or not an address of this host).
         """
         sock = self.ctx.socket(kind)
         self.secure(sock)
         if open_zap:
             sock.zap_domain = OPEN_DOMAIN.encode()
         self._sockets.append(sock)
-        sock.bind(f"tcp://{self.settings.host}:{port}")
+        try:
+            sock.bind(f"tcp://{self.settings.host}:{port}")
+        except zmq.ZMQError as exc:
+            raise ConfigError(
+                f"cannot bind the {name} port {self.settings.host}:{port}: {exc.strerror}"
+            ) from None
         self.endpoints[name] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return sock
 
