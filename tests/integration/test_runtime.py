@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -189,6 +190,57 @@ def test_sigterm_stops_a_service_process_within_its_deadline(tmp_path: Path) -> 
     assert code == 0
     assert time.monotonic() - started < 2 + 3
     assert b'"service stopped"' in rest
+
+
+def test_a_service_stops_cleanly_when_its_lifeline_closes(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    env = {**os.environ, "ZBUS_DATA_DIR": str(tmp_path), "ZBUS_LIFELINE_FD": str(read)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.echo_service", "--admin-port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=(read,),
+    )
+    os.close(read)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if b'"service ready"' in line:
+                break
+        else:
+            pytest.fail(f"service exited before it was ready: {proc.wait()}")
+        os.close(write)  # what the kernel does when the starter dies, even by kill -9
+        write = -1
+        code = proc.wait(timeout=30 * UNIT)
+        rest = proc.stdout.read()
+    finally:
+        if write >= 0:
+            os.close(write)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert code == 0
+    assert b"started this service is gone" in rest
+    assert b'"service stopped"' in rest
+
+
+async def test_a_lifeline_that_is_not_an_open_pipe_is_a_clear_error(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_RDWR)
+    try:
+        service = EchoService(EchoSettings(data_dir=tmp_path, lifeline_fd=fd))
+        with pytest.raises(ConfigError, match=f"lifeline_fd: file descriptor {fd} is not a pipe"):
+            await asyncio.wait_for(service.run(), 10 * UNIT)
+    finally:
+        os.close(fd)
+    unused = resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1  # the highest, not in use
+    with pytest.raises(OSError):
+        os.fstat(unused)
+    service = EchoService(EchoSettings(data_dir=tmp_path, lifeline_fd=unused))
+    with pytest.raises(ConfigError, match=f"lifeline_fd: file descriptor {unused} is not open"):
+        await asyncio.wait_for(service.run(), 10 * UNIT)
 
 
 def test_invalid_configuration_exits_with_a_clear_message(tmp_path: Path) -> None:

@@ -8,10 +8,16 @@ A service subclasses :class:`Service` and fills in the hooks:
 - :meth:`Service.close` releases storage;
 - :meth:`Service.add_routes` adds its admin routes.
 
-Shutdown (SIGTERM, SIGINT or :meth:`Service.request_stop`): readiness goes false, the
-background tasks are cancelled (no new work is taken), :meth:`drain` runs, then sockets
-close with linger 0, the context terminates and the admin server stops; all of it inside
-``shutdown_timeout`` seconds, after which whatever is left is cancelled.
+:meth:`Service.drain` and :meth:`Service.close` run after a failed start too, so they
+release only what :meth:`Service.start` got before it failed (a thread that never started
+is not joined, a store that never opened is not closed).
+
+Shutdown (SIGTERM, SIGINT, :meth:`Service.request_stop`, or the lifeline pipe from the
+process that started the service closing, see :mod:`zbus.runtime.lifeline`): readiness
+goes false, the background tasks are cancelled (no new work is taken), :meth:`drain`
+runs, then sockets close with linger 0, the context terminates and the admin server
+stops; all of it inside ``shutdown_timeout`` seconds, after which whatever is left is
+cancelled.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +52,7 @@ from zbus.common.security import (
 from zbus.common.settings import ConfigError, ServiceSettings
 from zbus.common.version import __version__
 from zbus.runtime.admin import create_admin_app
+from zbus.runtime.lifeline import watch_lifeline
 from zbus.runtime.logship import install_log_shipping
 from zbus.runtime.registration import CatalogRegistration
 
@@ -148,6 +156,7 @@ class Service:
             "version": __version__,
             "uptime_seconds": round(self.uptime(), 3),
             "started_at": self.started_at,
+            "pid": os.getpid(),
             "endpoints": {**self.endpoints, "admin": self.admin_url},
         }
 
@@ -214,20 +223,26 @@ class Service:
 
     # --------------------------------------------------------------- running
     async def run(self) -> None:
-        """Run until stopped; returns once everything is closed."""
+        """Run until stopped (a signal, :meth:`request_stop`, or the lifeline closing);
+        returns once everything is closed."""
         loop = asyncio.get_running_loop()
         handled: list[signal.Signals] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 handled.append(sig)
+        unwatch: Callable[[], None] | None = None
         try:
+            if self.settings.lifeline_fd is not None:
+                unwatch = watch_lifeline(loop, self.settings.lifeline_fd, self.request_stop)
             await self._start_all()
             log.info("service ready", extra={"endpoints": self.info()["endpoints"]})
             self._register()
             await self._stop.wait()
         finally:
             await self._shutdown()
+            if unwatch is not None:
+                unwatch()
             for sig in handled:
                 loop.remove_signal_handler(sig)
 
