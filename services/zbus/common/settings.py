@@ -80,6 +80,12 @@ class ServiceSettings(BaseSettings):
     node_name: str = Field(
         "", description="the name the service registers under (empty: the service's name)"
     )
+    lifeline_fd: int | None = Field(
+        None,
+        ge=0,
+        description="read end of a pipe from the process that started the service: the "
+        "service shuts down when the pipe closes (`zbus up` sets it; unset: none)",
+    )
 
     @field_validator("catalog_endpoint")
     @classmethod

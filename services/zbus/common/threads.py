@@ -40,8 +40,16 @@ class EssentialThread(threading.Thread):
         self.cause: BaseException | None = None
 
     def stop(self) -> None:
-        """Ask the thread to end; its end is then not a failure."""
+        """Ask the thread to end; its end is then not a failure. Safe on a thread that
+        never started."""
         self._halt.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to end; at once when it never started (the service's
+        start failed before it), where ``threading.Thread.join`` raises."""
+        if self.ident is None:
+            return
+        super().join(timeout)
 
     @property
     def halted(self) -> bool:

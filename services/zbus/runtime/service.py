@@ -8,10 +8,16 @@ A service subclasses :class:`Service` and fills in the hooks:
 - :meth:`Service.close` releases storage;
 - :meth:`Service.add_routes` adds its admin routes.
 
-Shutdown (SIGTERM, SIGINT or :meth:`Service.request_stop`): readiness goes false, the
-background tasks are cancelled (no new work is taken), :meth:`drain` runs, then sockets
-close with linger 0, the context terminates and the admin server stops; all of it inside
-``shutdown_timeout`` seconds, after which whatever is left is cancelled.
+:meth:`Service.drain` and :meth:`Service.close` run after a failed start too, so they
+release only what :meth:`Service.start` got before it failed (a thread that never started
+is not joined, a store that never opened is not closed).
+
+Shutdown (SIGTERM, SIGINT, :meth:`Service.request_stop`, or the lifeline pipe from the
+process that started the service closing, see :mod:`zbus.runtime.lifeline`): readiness
+goes false, the background tasks are cancelled (no new work is taken), :meth:`drain`
+runs, then sockets close with linger 0, the context terminates and the admin server
+stops; all of it inside ``shutdown_timeout`` seconds, after which whatever is left is
+cancelled.
 
 A part the service cannot serve without that fails while it runs (a thread marked with
 :meth:`Service.essential`, a background task) is logged with its cause and stops the
@@ -25,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,6 +60,7 @@ from zbus.common.settings import ConfigError, ServiceSettings
 from zbus.common.threads import EssentialThread
 from zbus.common.version import __version__
 from zbus.runtime.admin import create_admin_app
+from zbus.runtime.lifeline import watch_lifeline
 from zbus.runtime.logship import install_log_shipping
 from zbus.runtime.registration import CatalogRegistration
 
@@ -162,6 +170,7 @@ class Service:
             "version": __version__,
             "uptime_seconds": round(self.uptime(), 3),
             "started_at": self.started_at,
+            "pid": os.getpid(),
             "endpoints": {**self.endpoints, "admin": self.admin_url},
         }
 
@@ -173,13 +182,21 @@ class Service:
         ``port=0`` binds any free port; the endpoint really bound is recorded in
         :attr:`endpoints` under ``name``. With ``open_zap`` the ZAP handler admits any
         CURVE key on this socket, and the service checks the peer's key itself.
+
+        Raises:
+            ConfigError: the port cannot be bound (in use, or not an address of this host).
         """
         sock = self.ctx.socket(kind)
         self.secure(sock)
         if open_zap:
             sock.zap_domain = OPEN_DOMAIN.encode()
         self._sockets.append(sock)
-        sock.bind(f"tcp://{self.settings.host}:{port}")
+        try:
+            sock.bind(f"tcp://{self.settings.host}:{port}")
+        except zmq.ZMQError as exc:
+            raise ConfigError(
+                f"cannot bind the {name} port {self.settings.host}:{port}: {exc.strerror}"
+            ) from None
         self.endpoints[name] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return sock
 
@@ -265,20 +282,26 @@ class Service:
 
     # --------------------------------------------------------------- running
     async def run(self) -> None:
-        """Run until stopped; returns once everything is closed."""
+        """Run until stopped (a signal, :meth:`request_stop`, or the lifeline closing);
+        returns once everything is closed."""
         loop = self._loop = asyncio.get_running_loop()
         handled: list[signal.Signals] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 handled.append(sig)
+        unwatch: Callable[[], None] | None = None
         try:
+            if self.settings.lifeline_fd is not None:
+                unwatch = watch_lifeline(loop, self.settings.lifeline_fd, self.request_stop)
             await self._start_all()
             log.info("service ready", extra={"endpoints": self.info()["endpoints"]})
             self._register()
             await self._stop.wait()
         finally:
             await self._shutdown()
+            if unwatch is not None:
+                unwatch()
             for sig in handled:
                 loop.remove_signal_handler(sig)
 
@@ -319,8 +342,7 @@ class Service:
             self.fail(f"background task {name} failed: {exc!r}")
 
     async def _start_admin(self) -> None:
-        sock = socket.socket(socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = _admin_listener(self.settings.host)
         try:
             sock.bind((self.settings.host, self.settings.admin_port))
         except OSError as exc:
@@ -395,6 +417,24 @@ class Service:
             self._admin_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._admin_task
+
+
+def _admin_listener(host: str) -> socket.socket:
+    """The admin API's listening socket, not yet bound.
+
+    A response goes out in two writes (headers, then body). Under Nagle's algorithm the
+    second waits for the ACK of the first, which a client on a kept-alive connection
+    delays by 40 ms: a request on a kept-alive connection took 44 ms instead of 1.
+    asyncio sets TCP_NODELAY on every connection it accepts, but only when the listening
+    socket's protocol is IPPROTO_TCP, and a socket made with protocol 0 is not; so the
+    protocol is given. TCP_NODELAY on the listener as well: Linux copies it to every
+    accepted socket.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def main(service_class: type[Service], settings_class: type[ServiceSettings]) -> None:

@@ -130,11 +130,13 @@ class BrokerService(Service):
         }
 
     async def drain(self) -> None:
-        self.router.stop()
-        await asyncio.to_thread(self.router.join)
+        if hasattr(self, "router"):  # not when the store failed to open
+            self.router.stop()
+            await asyncio.to_thread(self.router.join)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.store.close)
+        if hasattr(self, "store"):
+            await asyncio.to_thread(self.store.close)
 
     # ------------------------------------------------------------------ admin
     async def call(self, fn: Callable[[BrokerCore, float], T]) -> T:

@@ -174,17 +174,23 @@ class EventBusService(Service):
         }
 
     async def drain(self) -> None:
-        # The pipeline commits what is queued on the collector before it stops.
-        for thread in (self.snapshots, self.pipeline):
-            thread.stop()
-        for thread in (self.snapshots, self.pipeline):
-            await asyncio.to_thread(thread.join)
+        # The pipeline commits what is queued on the collector before it stops. After a
+        # failed start, either thread may not exist, or exist and never have started.
+        threads = [getattr(self, name, None) for name in ("snapshots", "pipeline")]
+        for thread in threads:
+            if thread is not None:
+                thread.stop()
+        for thread in threads:
+            if thread is not None:
+                await asyncio.to_thread(thread.join)
         # After the pipeline's last commit, before the log closes: a final flush.
         if self.archiver is not None:
             self.archiver.stop()
             await asyncio.to_thread(self.archiver.join)
 
     async def close(self) -> None:
+        if not hasattr(self, "store"):  # the log never opened
+            return
         await asyncio.to_thread(self.store.close)
         log.info("event log closed", extra={"sequence": self.store.last_sequence()})
 
