@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import functools
 import json
 import logging
 import sys
@@ -39,6 +40,8 @@ from zbus.runtime.admin import TokenRequired
 from zbus.runtime.service import Service
 
 log = logging.getLogger(__name__)
+
+TRANSFER_CACHE_KIB = 2048  # SQLite page cache of each spec snapshot's read connection
 
 
 class PublishRequest(BaseModel):
@@ -102,7 +105,15 @@ class EventBusService(Service):
         )
         self.pipeline.secure_hook = self.secure
         self.snapshots = SnapshotServer(
-            sync_ctx, self.settings, self.store.reader, self.metrics, self.secure
+            sync_ctx,
+            self.settings,
+            self.store.reader,
+            self.metrics,
+            self.secure,
+            # A spec snapshot reads on a connection of its own: a small cache each.
+            open_transfer_reader=functools.partial(
+                SqliteLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
+            ),
         )
         for thread in (self.pipeline, self.snapshots):
             self.essential(thread)  # the bus cannot serve without either: fail, exit 1
@@ -292,6 +303,7 @@ class EventBusService(Service):
                     p.decode("utf-8", "replace") for p in self.pipeline.subscriptions.prefixes
                 ),
                 "compat": self.settings.compat,
+                "peer_bounds": self.settings.bounds().table(),
                 "archive": {"enabled": False} if self.archiver is None else self.archiver.status(),
             }
 
