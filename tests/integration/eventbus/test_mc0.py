@@ -24,7 +24,6 @@ from tests.support.mc0 import RawPeer, bus_thread, connector_connect
 from tests.support.waiting import UNIT, wait_for
 from zbus.common.protocols import eventbus as eb
 from zbus.eventbus.client import BusEndpoints, EventBusClient
-from zbus.eventbus.core.mc0 import MAX_DATA_BYTES
 from zbus.eventbus.server.service import EventBusService
 from zbus.eventbus.server.store import Event, SqliteLogReader
 
@@ -247,7 +246,7 @@ def test_the_client_reports_refusals(bus: EventBusService) -> None:
             client.put("", b"x")
         assert refused.value.id is not None
         with pytest.raises(zbus.Mc0Error, match="at most"):
-            client.put("t", b"x" * (MAX_DATA_BYTES + 1))
+            client.put("t", b"x" * (bus.settings.max_event_bytes + 1))
         client.put("t", b"x", confirm=False)
         client.put("", b"no topic", confirm=False)
         client.heartbeat()

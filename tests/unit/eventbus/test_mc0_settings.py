@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from zbus.common.settings import ConfigError
-from zbus.eventbus.core.mc0 import bus_limits
 from zbus.eventbus.core.mc0_outbox import hwm_for, message_bytes, smallest_peer_bytes
 from zbus.eventbus.server.config import EventBusSettings
 
@@ -35,8 +34,8 @@ def test_bad_mc0_settings_are_refused_by_name(args: list[str], named: str) -> No
 
 def test_the_default_bound_holds_dozens_of_the_largest_messages() -> None:
     settings = EventBusSettings.load(["--mc0-port", "0"])
-    limits = bus_limits(settings.max_message_bytes)
-    assert limits.max_data_bytes == 1024 * 1024
+    limits = settings.mc0_limits()
+    assert limits.max_data_bytes == settings.max_event_bytes == 1024 * 1024
     size = message_bytes(limits)
     assert hwm_for(settings.mc0_peer_bytes // 2, size) >= 16
     assert smallest_peer_bytes(limits) == 4 * size < settings.mc0_peer_bytes

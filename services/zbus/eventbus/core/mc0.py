@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES, MAX_TOPIC_BYTES
 from zbus.common.protocols.mc0 import (
     CONNECTOR,
     SPEC,
@@ -107,9 +108,9 @@ DROP_REASONS = ("gone", "slow_client", "stream_gap", "too_large")
 
 NOOP_AFTER = 0.95  # x TTL of the bus's silence towards a session
 DROP_AFTER = 1.05  # x TTL of a session's silence
-MAX_PRODUCER_ID_BYTES = 200  # a longer CONNECT ID is not used as the producer
-MAX_DATA_BYTES = 1024 * 1024  # an event's data through mc0, either way, at most
-BATCH_SLACK = 64 * 1024  # room in a ZB-PUB frame beyond its events' fields
+PRODUCER_PREFIX = "mc0:"
+# A longer CONNECT ID is not used as the producer, which has a range of its own.
+MAX_PRODUCER_ID_BYTES = MAX_PRODUCER_BYTES - len(PRODUCER_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ class Mc0Limits:
     default_ttl_ms: int = 30_000
     min_ttl_ms: int = 100
     max_ttl_ms: int = 86_400_000
-    max_topic_bytes: int = 1024
+    max_topic_bytes: int = MAX_TOPIC_BYTES
     max_subscriptions: int = 10_000
     max_topics_per_message: int = 256
     max_headers: int = 64
@@ -142,12 +143,6 @@ class Mc0Limits:
     def max_frames(self) -> int:
         """Frames in one message, at most: the largest SUB or PUT there can be."""
         return 4 + 2 * (self.max_headers + 2) + self.max_topics_per_message
-
-
-def bus_limits(max_message_bytes: int) -> Mc0Limits:
-    """The door's ranges on a bus whose collector takes messages of at most
-    ``max_message_bytes``: an event's data must fit one, and at most MAX_DATA_BYTES."""
-    return Mc0Limits(max_data_bytes=min(MAX_DATA_BYTES, max_message_bytes - BATCH_SLACK))
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +184,7 @@ _NOOP, _EXPIRE = 0, 1
 
 def default_producer(identity: bytes) -> str:
     """The producer of events put by a connection that gave no usable CONNECT ID."""
-    return "mc0:" + identity.hex()[:64]
+    return PRODUCER_PREFIX + identity.hex()[:64]
 
 
 def _utf8_len(value: str) -> int:
@@ -297,7 +292,7 @@ class Mc0Core:
             return
         producer = default_producer(reply.identity)
         if cmd.id is not None and _utf8_len(cmd.id) <= MAX_PRODUCER_ID_BYTES:
-            producer = "mc0:" + cmd.id
+            producer = PRODUCER_PREFIX + cmd.id
         if session is None:
             session = self._open(reply, ttl_ms, producer, now)
             session.version = cmd.version
@@ -488,12 +483,11 @@ def _message(topic: str, headers: Headers, body: bytes, delimiter: bool) -> list
 
 
 __all__ = [
-    "BATCH_SLACK",
     "DROP_AFTER",
     "DROP_REASONS",
     "ERROR_REASONS",
-    "MAX_DATA_BYTES",
     "NOOP_AFTER",
+    "PRODUCER_PREFIX",
     "VERBS_IN",
     "VERBS_OUT",
     "Mc0Core",
@@ -501,6 +495,5 @@ __all__ = [
     "Publish",
     "Reply",
     "Session",
-    "bus_limits",
     "default_producer",
 ]

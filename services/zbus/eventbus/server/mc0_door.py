@@ -38,10 +38,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
 from zbus.common.rejects import LogLimiter
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
-from zbus.eventbus.core.mc0 import BATCH_SLACK, Mc0Core, Publish, bus_limits
+from zbus.eventbus.core.mc0 import Mc0Core, Publish
 from zbus.eventbus.core.mc0_outbox import Outbox, hwm_for, message_bytes
 from zbus.eventbus.core.mc0_puts import PutTracker
 from zbus.eventbus.server.config import EventBusSettings
@@ -82,7 +83,7 @@ class Mc0Door(SocketThread):
         self.collector_endpoint = collector
         self.stream_endpoint = stream
         self.secure = secure
-        self.limits = bus_limits(settings.max_message_bytes)
+        self.limits = settings.mc0_limits()
         self.core = Mc0Core(self.limits)
         self.puts = PutTracker(max_batches=MAX_BATCHES_IN_FLIGHT, timeout=CONFIRM_TIMEOUT)
         self.outbox = Outbox(settings.mc0_peer_bytes // 2)
@@ -115,7 +116,9 @@ class Mc0Door(SocketThread):
         self.collector.connect(self.collector_endpoint)
         # Subscribed from the start, so that no SUB races the stream's subscription; the
         # batches are only decoded while an mc0 connection holds a topic.
-        self.stream.rcvhwm = 1000
+        # On inproc, the queue is the stream's high-water mark plus this one: the door
+        # holds what any stream subscriber may (ZBUS_STREAM_PEER_BYTES), and one more.
+        self.stream.rcvhwm = 1
         self.stream.setsockopt(zmq.SUBSCRIBE, ext.STREAM_BATCH)
         self.stream.connect(self.stream_endpoint)
 
@@ -295,11 +298,11 @@ class Mc0Door(SocketThread):
     def _chunks(self, publishes: list[Publish]) -> Iterator[list[Publish]]:
         """Batches within the collector's event count and message size."""
         max_events = self.settings.max_batch_events
-        max_bytes = self.settings.max_message_bytes - BATCH_SLACK
+        max_bytes = self.settings.max_message_bytes - 1024
         chunk: list[Publish] = []
         size = 0
         for publish in publishes:
-            cost = len(publish.data) + 4 * (len(publish.topic) + len(publish.producer)) + 96
+            cost = len(publish.data) + RECORD_OVERHEAD  # its fields at their largest
             if chunk and (len(chunk) >= max_events or size + cost > max_bytes):
                 yield chunk
                 chunk, size = [], 0
