@@ -52,9 +52,15 @@ log = logging.getLogger(__name__)
 POLL_MS = 100  # how often the thread looks at its stop flag when idle
 # While messages wait, the next try comes at once after a round that sent some (the
 # connection reads: its queue drains in microseconds), after 1 ms after one that sent
-# none, and after 10 ms once rounds keep sending none (a stalled connection).
+# none, and after 10 ms once IDLE_ROUNDS rounds in a row sent none (a stalled
+# connection). ZeroMQ tells no ROUTER that one peer's queue has room again, so the door
+# asks; waiting 10 ms at once would cap a reading connection at a queue per 10 ms.
 RETRY_MS = (0, 1, 10)
+IDLE_ROUNDS = 100
 READS_PER_WAKE = 1000  # messages taken from one socket before the others get a turn
+# Events delivered (or client messages taken) between two flushes: what waits in the
+# outbox goes out as ZeroMQ's queues drain, not once per turn of the loop.
+FLUSH_EVERY = 256
 MAX_BATCHES_IN_FLIGHT = 1000  # ZB-PUB batches sent and not answered; then PUT gets ERROR
 CONFIRM_TIMEOUT = 30.0  # seconds the collector has to answer a batch
 
@@ -101,6 +107,7 @@ class Mc0Door(SocketThread):
         self.puts = PutTracker(max_batches=MAX_BATCHES_IN_FLIGHT, timeout=CONFIRM_TIMEOUT)
         self.outbox = Outbox(settings.mc0_peer_bytes // 2)
         self._retry_ms = RETRY_MS[0]
+        self._idle_rounds = 0
         self.stored = 0  # events of PUTs the bus confirmed
         self.endpoint = ""
         self._limiter = LogLimiter()
@@ -175,12 +182,14 @@ class Mc0Door(SocketThread):
 
     def _read_clients(self) -> None:
         router, receive, clock = self.router, self.core.receive, self.clock
-        for _ in range(READS_PER_WAKE):
+        for n in range(1, READS_PER_WAKE + 1):
             try:
                 frames = recv_frames(router)
             except zmq.Again:
                 return
             receive(frames[0], frames[1:], clock.monotonic())
+            if n % FLUSH_EVERY == 0:
+                self._flush(clock.monotonic())
 
     def _read_confirms(self) -> None:
         while True:
@@ -225,10 +234,12 @@ class Mc0Door(SocketThread):
             if self._expect is not None and first > self._expect:
                 core.drops["stream_gap"] += first - self._expect
             self._expect = first + len(rows)
-            now = self.clock.monotonic()
             deliver = core.deliver
-            for row in rows:
-                deliver(row[0], row[4], now)
+            for start in range(0, len(rows), FLUSH_EVERY):
+                now = self.clock.monotonic()
+                for row in rows[start : start + FLUSH_EVERY]:
+                    deliver(row[0], row[4], now)
+                self._flush(now)
 
     # ------------------------------------------------------------------ sending
     def _flush(self, now: float) -> None:
@@ -273,6 +284,9 @@ class Mc0Door(SocketThread):
     def _retry(self) -> None:
         """Send what waits in the outbox, in order, as far as each queue has room."""
         outbox, router, sent = self.outbox, self.router, False
+        # Take in ZeroMQ's pending commands (a peer's queue drained), which a send only
+        # looks at once a millisecond or so.
+        router.getsockopt(zmq.EVENTS)
         for identity in outbox.identities():
             while outbox.waiting(identity):
                 try:
@@ -287,9 +301,11 @@ class Mc0Door(SocketThread):
                 outbox.pop(identity)
                 sent = True
         if sent:
+            self._idle_rounds = 0
             self._retry_ms = RETRY_MS[0]
         else:
-            self._retry_ms = RETRY_MS[2] if self._retry_ms == RETRY_MS[1] else RETRY_MS[1]
+            self._idle_rounds += 1
+            self._retry_ms = RETRY_MS[2] if self._idle_rounds >= IDLE_ROUNDS else RETRY_MS[1]
 
     def _publish(self, publishes: list[Publish], now: float) -> None:
         for chunk in self._chunks(publishes):
