@@ -55,7 +55,7 @@ async def test_prometheus_scrapes_the_services_and_promtool_accepts_their_metric
 ) -> None:
     async with (
         running_catalog(tmp_path / "catalog") as catalog,
-        running_bus(tmp_path / "bus") as bus,
+        running_bus(tmp_path / "bus", mc0_port=0) as bus,  # its mc0 door's metrics too
         running_broker(tmp_path / "broker") as broker,
     ):
         services: dict[str, Service] = {"catalog": catalog, "eventbus": bus, "broker": broker}
