@@ -32,9 +32,10 @@ test: install lint ## lint, then the whole test suite
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install ## ruff (lint + format check) and mypy --strict on services/
-	$(BIN)/ruff check services tests
-	$(BIN)/ruff format --check services tests
+	$(BIN)/ruff check services tests deploy
+	$(BIN)/ruff format --check services tests deploy
 	$(BIN)/mypy
+	$(BIN)/mypy --strict deploy/images.py
 
 bench: install ## benchmarks: figures and ratios to a baseline measured in the same run
 	$(PY) -m pip install --quiet --group bench
@@ -44,6 +45,9 @@ bench: install ## benchmarks: figures and ratios to a baseline measured in the s
 
 validate: install ## offline checks of the deploy files
 	$(PY) -m tests.validate
+
+images: install ## build the images with no registry: a base made from Debian packages, a wheelhouse
+	$(PY) deploy/images.py
 
 constraints: ## resolve every dependency afresh and pin the result in deploy/constraints.txt
 	rm -rf .cache/lock
