@@ -31,11 +31,12 @@ down: ## stop a cluster started by `make up`
 test: install lint ## lint, then the whole test suite
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: install ## ruff (lint + format check) and mypy --strict on services/
+lint: install ## ruff (lint + format check), mypy --strict and the import layers (lint-imports)
 	$(BIN)/ruff check services tests deploy
 	$(BIN)/ruff format --check services tests deploy
 	$(BIN)/mypy
 	$(BIN)/mypy --strict deploy/images.py
+	$(BIN)/lint-imports
 
 bench: install ## benchmarks: figures and ratios to a baseline measured in the same run
 	$(PY) -m pip install --quiet --group bench

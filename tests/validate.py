@@ -1,18 +1,60 @@
-"""`make validate`: offline checks of the deploy files (no container engine needed).
+"""`make validate`: offline checks of the deploy files (no container engine, no cluster).
 
-Each check prints one line; the exit status is 1 when any check failed.
+- deploy/local-cluster.toml: loads, no two services on one admin port;
+- the Helm chart: values.yaml against values.schema.json; `helm lint --strict` and
+  `helm template` with every values set in helm/zbus/ci/, through helm-python-sdk (Helm's
+  Go library, no helm binary); every rendered object against the Kubernetes schemas,
+  strict, at the oldest and the newest Kubernetes the chart supports;
+- docker-compose.yml: `docker compose config -q` (Compose v2, every profile) and the
+  compose-spec schema;
+- deploy/Dockerfile*: hadolint;
+- deploy/prometheus*.yml: `promtool check config`.
+
+Each check prints one line; the exit status is 1 when any check failed. A file pattern
+that matches nothing is reported as such. `python -m tests.validate NAME...` runs only
+the named checks.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from services.common.settings import ConfigError
-from services.launcher import load_cluster
+from zbus.common.settings import ConfigError
+from zbus.launcher import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILES = "deploy/Dockerfile*"
+PROMETHEUS_CONFIGS = "deploy/prometheus*.yml"
+
+
+class CheckFailed(ValueError):
+    """A deploy file failed a check; the message has the tool's own words."""
+
+
+def tool(name: str) -> str:
+    """A command-line tool: the one installed beside this Python (the validate group),
+    else the one on PATH (Debian's promtool)."""
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if found is None:
+        raise CheckFailed(f"{name} is not installed (make install; .ci/run installs promtool)")
+    return found
+
+
+def run(*argv: str) -> str:
+    """Run a tool in the repository; its output, or CheckFailed with it."""
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+    out = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        raise CheckFailed(f"{Path(argv[0]).name} exited {proc.returncode}: {out}")
+    return out
 
 
 def check_local_cluster() -> str:
@@ -23,21 +65,92 @@ def check_local_cluster() -> str:
     return f"{len(specs)} services"
 
 
-CHECKS: dict[str, Callable[[], str]] = {
-    "deploy/local-cluster.toml": check_local_cluster,
-}
+def check_values_schema() -> str:
+    import jsonschema
+
+    from tests.support import chart
+
+    jsonschema.Draft7Validator.check_schema(chart.values_schema())
+    chart.check_values(chart.default_values())
+    for name in chart.VALUE_SETS:
+        chart.check_values(chart.merged(chart.values_of(name)))
+    return f"values.yaml and {len(chart.VALUE_SETS)} values sets valid (draft-07)"
 
 
-def main() -> int:
+def chart_check(name: str) -> Callable[[], str]:
+    def check() -> str:
+        from tests.support import chart
+
+        count = chart.check_value_set(name)
+        versions = " and ".join(chart.KUBE_VERSIONS)
+        return f"lint --strict, {count} objects valid (strict) on Kubernetes {versions}"
+
+    return check
+
+
+def check_compose() -> str:
+    if not COMPOSE_FILE.exists():
+        return "no docker-compose.yml"
+    compose = tool("docker-compose")
+    run(compose, "-f", str(COMPOSE_FILE), "config", "-q")
+    run(compose, "-f", str(COMPOSE_FILE), "--profile", "*", "config", "-q")
+    run(tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE_FILE))
+    return "compose config -q (every profile), compose-spec schema"
+
+
+def _files(pattern: str) -> list[Path]:
+    return sorted(p for p in ROOT.glob(pattern) if p.is_file())
+
+
+def check_dockerfiles() -> str:
+    files = _files(DOCKERFILES)
+    if not files:
+        return f"no {DOCKERFILES}"
+    run(tool("hadolint"), *(str(f.relative_to(ROOT)) for f in files))
+    return f"hadolint: {', '.join(f.name for f in files)}"
+
+
+def check_prometheus() -> str:
+    files = _files(PROMETHEUS_CONFIGS)
+    if not files:
+        return f"no {PROMETHEUS_CONFIGS}"
+    run(tool("promtool"), "check", "config", *(str(f.relative_to(ROOT)) for f in files))
+    return f"promtool check config: {', '.join(f.name for f in files)}"
+
+
+def _checks() -> dict[str, Callable[[], str]]:
+    from tests.support.chart import VALUE_SETS
+
+    checks: dict[str, Callable[[], str]] = {
+        "deploy/local-cluster.toml": check_local_cluster,
+        "helm/zbus/values.schema.json": check_values_schema,
+    }
+    for name in VALUE_SETS:
+        checks[f"helm/zbus ({name})"] = chart_check(name)
+    checks["docker-compose.yml"] = check_compose
+    checks[DOCKERFILES] = check_dockerfiles
+    checks[PROMETHEUS_CONFIGS] = check_prometheus
+    return checks
+
+
+CHECKS = _checks()
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    chosen = {n: c for n, c in CHECKS.items() if not argv or n in argv}
+    unknown = set(argv) - set(CHECKS)
+    if unknown:
+        print(f"unknown checks: {', '.join(sorted(unknown))}; known: {', '.join(CHECKS)}")
+        return 2
     failed = 0
-    for name, check in CHECKS.items():
+    for name, check in chosen.items():
         try:
-            print(f"ok    {name}: {check()}")
+            print(f"ok    {name}: {check()}", flush=True)
         except (ConfigError, OSError, ValueError) as exc:
             failed += 1
-            print(f"FAIL  {name}: {exc}")
+            print(f"FAIL  {name}: {exc}", flush=True)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

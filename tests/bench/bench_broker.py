@@ -19,8 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from services.broker.client import BrokerClient
 from tests.support.bus import free_port
+from zbus.broker.client import BrokerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = int(os.environ.get("ZBUS_BENCH_JOBS", "50000"))
@@ -50,7 +50,7 @@ def _zbus(tmp: Path) -> tuple[float, float]:
             [
                 sys.executable,
                 "-m",
-                "services.broker",
+                "zbus.broker",
                 "--client-port",
                 str(client_port),
                 "--worker-port",
@@ -75,7 +75,7 @@ def _zbus(tmp: Path) -> tuple[float, float]:
                     [
                         sys.executable,
                         "-m",
-                        "services.broker.worker_service",
+                        "zbus.worker",
                         "--broker-endpoint",
                         f"tcp://127.0.0.1:{worker_port}",
                         "--concurrency",

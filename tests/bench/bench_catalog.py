@@ -38,7 +38,7 @@ from typing import Any
 
 import zmq
 
-from services.common.protocols import dbp
+from zbus.common.protocols import dbp
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = int(os.environ.get("ZBUS_BENCH_NODES", "10000"))
@@ -76,7 +76,7 @@ class Catalog:
         self._log_file = self.log.open("ab")
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "services.catalog",
+                sys.executable, "-m", "zbus.catalog",
                 "--port", str(self.port), "--udp-port", str(self.udp),
                 "--admin-port", str(self.admin), "--data-dir", str(data_dir),
                 "--heartbeat-interval", str(interval), "--heartbeat-misses", str(misses),

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from services.common.protocols import dbp, emqp, eventbus
 from tests.bench.harness import Result, interleaved, report
+from zbus.common.protocols import dbp, emqp, eventbus
 
 N = 50_000
 TARGET = 1.5

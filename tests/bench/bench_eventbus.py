@@ -34,8 +34,8 @@ from typing import Any
 import msgpack
 import zmq
 
-from services.common.protocols import eventbus_ext as ext
 from tests.support.bus import free_port
+from zbus.common.protocols import eventbus_ext as ext
 
 ROOT = Path(__file__).resolve().parents[2]
 N = int(os.environ.get("ZBUS_BENCH_EVENTS", "500000"))
@@ -61,7 +61,7 @@ def _batches(n: int) -> list[list[bytes]]:
 # ----------------------------------------------------------------- the peers (processes)
 def _spec_frames(n: int) -> list[list[bytes]]:
     """The same events as spec PUB messages, one 6-frame message per event."""
-    from services.common.protocols import eventbus as eb
+    from zbus.common.protocols import eventbus as eb
 
     return [
         eb.encode(eb.Pub(f"/bench/{i % 100}", None, "bench", TS, str(uuidlib.uuid4()), PAYLOAD))
@@ -115,7 +115,7 @@ def _subscriber(
 
 
 def _client_publisher(base: str, n: int, go: Any, out: Any) -> None:
-    from services.eventbus.client import EventBusClient
+    from zbus.eventbus.client import EventBusClient
 
     items = [(f"/bench/{i % 100}", PAYLOAD) for i in range(n)]
     with EventBusClient(base, producer="bench") as client:
@@ -127,7 +127,7 @@ def _client_publisher(base: str, n: int, go: Any, out: Any) -> None:
 
 
 def _client_subscriber(base: str, n: int, ready: Any, out: Any) -> None:
-    from services.eventbus.client import EventBusClient
+    from zbus.eventbus.client import EventBusClient
 
     got = 0
     with EventBusClient(base, producer="bench-sub") as client:
@@ -233,7 +233,7 @@ class Bus:
             [
                 sys.executable,
                 "-m",
-                "services.eventbus",
+                "zbus.eventbus",
                 "--port",
                 str(self.port),
                 "--admin-port",
@@ -420,7 +420,7 @@ def latency(tmp: Path, rate: int = 10_000, n: int = 50_000) -> tuple[float, floa
 
 
 def _fill_log(path: Path, events: int, topics: int) -> None:
-    from services.eventbus.store import NewEvent, SqliteEventLog
+    from zbus.eventbus.server.store import NewEvent, SqliteEventLog
 
     log = SqliteEventLog(path)
     try:
@@ -447,7 +447,7 @@ def snapshot(tmp: Path) -> float:
     _fill_log(data / "events.db", SNAPSHOT_TOPICS, SNAPSHOT_TOPICS)
     bus = Bus(data)
     bus.start()
-    from services.eventbus.client import EventBusClient
+    from zbus.eventbus.client import EventBusClient
 
     try:
         with EventBusClient(bus.ep(0), producer="bench") as client:

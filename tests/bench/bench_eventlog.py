@@ -1,4 +1,4 @@
-"""Event log (services/eventbus/store.py): append rate, reopen time, snapshot stream time.
+"""Event log (zbus.eventbus.server.store): append rate, reopen time, snapshot stream time.
 
 - Append: batches of 1,000 events with 100-byte payloads over 1,000 topics, through
   ``SqliteEventLog.append`` (duplicate check, sequencing, topic index, commit per batch).
@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from services.eventbus.store import NewEvent, SqliteEventLog
 from tests.bench.harness import Result, report
+from zbus.eventbus.server.store import NewEvent, SqliteEventLog
 
 BATCH = 1_000
 ROUND = 200_000  # events per timed round: one uuid index merge each

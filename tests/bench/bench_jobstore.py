@@ -1,4 +1,4 @@
-"""Job store (services/broker/store.py): group-commit upsert rate, load and purge times.
+"""Job store (services/zbus/broker/server/store.py): group-commit upsert rate, load and purge times.
 
 - Upsert: ``JobStore.write`` of batches of 500 jobs, one transaction each, on a table
   already holding ``ZBUS_BENCH_TERMINAL_JOBS`` finished jobs (default 500,000). Two cases:
@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from services.broker.model import Job, JobState
-from services.broker.store import JobStore, _job_row
 from tests.bench.harness import Result, report
+from zbus.broker.core.model import Job, JobState
+from zbus.broker.server.store import JobStore, _job_row
 
 BATCH = 500
 ROUND = 60  # batches per timed round: 30,000 rows

@@ -49,10 +49,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyspark.find_spark_home import _find_spark_home
 
-from services.broker.client import BrokerClient
 from tests.bench.cold_topic_stats import MARK
 from tests.support.archive import ARROW_SCHEMA, archive_mark, make_events, write_archive
 from tests.support.bus import free_port
+from zbus.broker.client import BrokerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = "local[2]"
@@ -229,7 +229,7 @@ def _running_system(tmp: Path, archive: Path) -> Iterator[str]:
         log_path = tmp / f"{name}.log"
         log = log_path.open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}", *args],
+            [sys.executable, "-m", f"zbus.{name}", *args],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -17,11 +17,11 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from services.sparkworker.archive import SESSION_CONF
-from services.sparkworker.config import parse_spark_conf
-from services.sparkworker.jobs.topic_stats import topic_stats
-from services.sparkworker.results import materialise
-from services.sparkworker.session import DEFAULT_CONF
+from zbus.sparkworker.archive import SESSION_CONF
+from zbus.sparkworker.config import parse_spark_conf
+from zbus.sparkworker.jobs.results import materialise
+from zbus.sparkworker.jobs.topic_stats import topic_stats
+from zbus.sparkworker.session import DEFAULT_CONF
 
 MARK = "RESULT "
 

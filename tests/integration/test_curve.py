@@ -10,10 +10,10 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
-from services.common.security import generate_keys, load_keys, make_client
-from services.common.settings import ConfigError
 from tests.support.echo_service import EchoService, EchoSettings
 from tests.support.waiting import UNIT
+from zbus.common.security import generate_keys, load_keys, make_client
+from zbus.common.settings import ConfigError
 
 
 async def _run(service: EchoService) -> asyncio.Task[None]:

@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.common.settings import ConfigError
-from services.launcher import _alive, load_cluster
 from tests.support.bus import free_port
 from tests.support.waiting import UNIT, wait_for
+from zbus.common.settings import ConfigError
+from zbus.launcher import _alive, load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def _cluster_file(tmp_path: Path, *names: str) -> tuple[Path, dict[str, int]]:
 
 
 def _zbus(*args: str) -> list[str]:
-    return [sys.executable, "-m", "services.cli", *args]
+    return [sys.executable, "-m", "zbus", *args]
 
 
 def test_up_starts_every_service_and_down_stops_them(tmp_path: Path) -> None:
@@ -152,13 +152,13 @@ def test_bad_cluster_files_are_clear_errors(tmp_path: Path, content: str, messag
 
 def test_the_shipped_cluster_file_loads() -> None:
     specs = load_cluster(ROOT / "deploy" / "local-cluster.toml")
-    assert [s.name for s in specs] == [s.name for s in specs if s.module.startswith("services.")]
+    assert [s.name for s in specs] == [s.name for s in specs if s.module.startswith("zbus.")]
     names = [s.name for s in specs]
     assert names[0] == "catalog" and {"eventbus", "broker", "sparkworker"} <= set(names)
 
 
 def test_keys_generate_writes_a_usable_pair(tmp_path: Path) -> None:
-    from services.common.security import load_keys
+    from zbus.common.security import load_keys
 
     result = subprocess.run(
         _zbus("keys", "generate", "node1", "--dir", str(tmp_path)),

@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from services.common.service import Service
 from tests.integration.catalog.test_catalog import running_catalog
 from tests.support.broker import running_broker
 from tests.support.bus import free_port, running_bus
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.runtime.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,9 +17,9 @@ import zmq
 import zmq.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.settings import ConfigError
 from tests.support.echo_service import EchoService, EchoSettings
 from tests.support.waiting import UNIT, async_wait_for, wait_for
+from zbus.common.settings import ConfigError
 
 
 def _port_is_free(port: int) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from services.common.archive_schema import EVENT_ROWS_SCHEMA
+from zbus.common.archive_schema import EVENT_ROWS_SCHEMA
 
 ARROW_SCHEMA = EVENT_ROWS_SCHEMA
 

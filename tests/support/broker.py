@@ -12,10 +12,10 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from services.broker.config import BrokerSettings
-from services.broker.server import BrokerService
-from services.common.protocols import emqp
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.broker.server.config import BrokerSettings
+from zbus.broker.server.service import BrokerService
+from zbus.common.protocols import emqp
 
 DIALECT = emqp.Dialect(eventmq_commands=True)
 

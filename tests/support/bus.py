@@ -15,11 +15,11 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from services.common.protocols import eventbus_ext as ext
-from services.common.settings import ConfigError
-from services.eventbus.config import EventBusSettings
-from services.eventbus.server import EventBusService
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.settings import ConfigError
+from zbus.eventbus.server.config import EventBusSettings
+from zbus.eventbus.server.service import EventBusService
 
 
 def stamp() -> str:

@@ -15,8 +15,8 @@ import zmq
 from fastapi import FastAPI
 from prometheus_client import Counter
 
-from services.common.service import Service, run
-from services.common.settings import ServiceSettings
+from zbus.common.settings import ServiceSettings
+from zbus.runtime.service import Service, run
 
 
 class EchoSettings(ServiceSettings):

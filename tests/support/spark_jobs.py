@@ -10,7 +10,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from services.sparkworker.jobs import current_job
+from zbus.sparkworker.jobs import current_job
 
 
 def squares(spark: SparkSession, params: dict[str, Any]) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from services.common.clock import ManualClock
-from services.common.logs import JsonFormatter
-from services.common.settings import ConfigError, ServiceSettings
+from zbus.common.clock import ManualClock
+from zbus.common.logs import JsonFormatter
+from zbus.common.settings import ConfigError, ServiceSettings
 
 
 class DemoSettings(ServiceSettings):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.common.threads import SocketThread
+from zbus.common.threads import SocketThread
 
 
 class _Probe(SocketThread):

@@ -9,9 +9,9 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from services.common.protocols import emqp
 from tests.support.broker import Peer, call_body, new_id, running_broker
 from tests.support.waiting import async_wait_for
+from zbus.common.protocols import emqp
 
 
 async def _worker(ctx: zmq.asyncio.Context, endpoint: str, queues: str = "default") -> Peer:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import zmq
 
-from services.broker.client import (
+from tests.support.waiting import UNIT, wait_for
+from zbus.broker.client import (
     DIALECT,
     NO_PATH,
     AsyncBrokerClient,
@@ -25,8 +26,7 @@ from services.broker.client import (
     BrokerUnavailable,
     JobFailed,
 )
-from services.common.protocols import emqp
-from tests.support.waiting import UNIT, wait_for
+from zbus.common.protocols import emqp
 
 Policy = Callable[["ClientPort", emqp.Request], list[list[bytes]]]
 

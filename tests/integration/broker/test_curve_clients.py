@@ -21,15 +21,15 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
-from services.broker.client import AsyncBrokerClient, BrokerClient, BrokerUnavailable
-from services.broker.server import BrokerService
-from services.broker.worker import Worker
-from services.broker.worker_service import WorkerService, WorkerSettings
-from services.cli import main
-from services.common.security import KeyPair, generate_keys, load_keys
-from services.common.settings import ConfigError
 from tests.support.broker import running_broker
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.broker.client import AsyncBrokerClient, BrokerClient, BrokerUnavailable
+from zbus.broker.client.worker import Worker
+from zbus.broker.server.service import BrokerService
+from zbus.cli import main
+from zbus.common.security import KeyPair, generate_keys, load_keys
+from zbus.common.settings import ConfigError
+from zbus.worker.service import WorkerService, WorkerSettings
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import zmq
 
-from services.broker.store import JobStore
-from services.common.protocols import emqp
 from tests.support.broker import DIALECT, call_body, new_id
 from tests.support.waiting import UNIT, wait_for
+from zbus.broker.server.store import JobStore
+from zbus.common.protocols import emqp
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -26,7 +26,7 @@ def _start(data_dir: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
         [
             sys.executable,
             "-m",
-            "services.broker",
+            "zbus.broker",
             "--client-port",
             "0",
             "--worker-port",

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.broker.client import AsyncBrokerClient, JobFailed
-from services.broker.worker import Worker
 from tests.support.broker import running_broker
 from tests.support.waiting import UNIT
+from zbus.broker.client import AsyncBrokerClient, JobFailed
+from zbus.broker.client.worker import Worker
 
 
 async def test_many_clients_and_workers(tmp_path: Path) -> None:

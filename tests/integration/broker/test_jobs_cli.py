@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.worker import Worker
-from services.cli import main
-from services.jobs_cli import parse_params
 from tests.support.broker import running_broker
+from zbus.broker.client.worker import Worker
+from zbus.cli import main
+from zbus.cli.jobs import parse_params
 
 
 def test_params_from_pairs_and_json() -> None:

@@ -21,11 +21,11 @@ import zmq
 import zmq.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.broker.client import DIALECT, call_body
-from services.broker.worker import Worker
-from services.broker.worker_service import WorkerService, WorkerSettings
-from services.common.protocols import emqp
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.broker.client import DIALECT, call_body
+from zbus.broker.client.worker import Worker
+from zbus.common.protocols import emqp
+from zbus.worker.service import WorkerService, WorkerSettings
 
 BEAT = 0.1  # heartbeat interval of the workers here
 

@@ -12,11 +12,11 @@ import httpx
 import zmq
 import zmq.asyncio
 
-from services.catalog.client import CatalogNode
-from services.catalog.config import CatalogSettings
-from services.catalog.server import CatalogService
-from services.common.protocols import dbp
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.catalog.client.node import CatalogNode
+from zbus.catalog.server.config import CatalogSettings
+from zbus.catalog.server.service import CatalogService
+from zbus.common.protocols import dbp
 
 
 @asynccontextmanager
@@ -189,7 +189,7 @@ async def test_a_zbus_service_registers_itself_and_leaves_on_stop(tmp_path: Path
 async def test_the_catalog_is_found_by_its_beacon(tmp_path: Path) -> None:
     import socket
 
-    from services.catalog.discovery import discover
+    from zbus.catalog.client.discovery import discover
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))

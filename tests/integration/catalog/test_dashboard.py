@@ -19,16 +19,16 @@ from typing import Any
 import httpx
 import pytest
 
-from services import dashboard
-from services.catalog.client import CatalogNode
-from services.catalog.server import CatalogService
-from services.common.logship import LogShipper
-from services.dashboard.cluster import admin_url
 from tests.integration.catalog.test_catalog import running_catalog
 from tests.integration.catalog.test_log_aggregation import shipping_logger
 from tests.support.bus import bus_on_base_port
 from tests.support.echo_service import EchoService, EchoSettings
 from tests.support.waiting import UNIT, async_wait_for
+from zbus import dashboard
+from zbus.catalog.client.node import CatalogNode
+from zbus.catalog.server.service import CatalogService
+from zbus.dashboard.cluster import admin_url
+from zbus.runtime.logship import LogShipper
 
 # ----------------------------------------------------------------- helpers
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from services.catalog.discovery import BeaconSender, CatalogNotFound, discover
-from services.common.protocols.beacon import Beacon, HermesBeacon, encode_beacon
-from services.common.protocols.dbp import HERMES
 from tests.support.waiting import UNIT
+from zbus.catalog.client.discovery import BeaconSender, CatalogNotFound, discover
+from zbus.common.protocols.beacon import Beacon, HermesBeacon, encode_beacon
+from zbus.common.protocols.dbp import HERMES
 
 
 def free_udp_port() -> int:

@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 
-from services.catalog.server import CatalogService
-from services.common.logship import LogShipper
 from tests.integration.catalog.test_catalog import running_catalog
 from tests.support.bus import bus_on_base_port, free_base_port
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.catalog.server.service import CatalogService
+from zbus.runtime.logship import LogShipper
 
 
 @contextmanager
@@ -150,10 +150,10 @@ def test_the_shipper_skips_its_own_and_the_bus_clients_records() -> None:
             record = logging.LogRecord(name, logging.INFO, __file__, 1, "m", None, None)
             return bool(shipper.filter(record))
 
-        assert shipped("services.catalog.server")
-        assert shipped("services.eventbus.clientele")
-        assert not shipped("services.eventbus.client")
-        assert not shipped("services.eventbus.client.sub")
-        assert not shipped("services.common.logship")
+        assert shipped("zbus.catalog.server.service")
+        assert shipped("zbus.eventbus.clientele")
+        assert not shipped("zbus.eventbus.client")
+        assert not shipped("zbus.eventbus.client.sub")
+        assert not shipped("zbus.runtime.logship")
     finally:
         shipper.close(timeout=0.5)

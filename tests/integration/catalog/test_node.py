@@ -15,13 +15,14 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from services.catalog.client import (
+from tests.support.waiting import UNIT, async_wait_for
+from zbus.catalog.client.node import (
     CatalogNode,
     CatalogUnavailable,
     NodeState,
     RegistrationDenied,
 )
-from services.common.protocols.dbp import (
+from zbus.common.protocols.dbp import (
     Approved,
     Awk,
     DBPCommand,
@@ -35,7 +36,6 @@ from services.common.protocols.dbp import (
     encode,
     encode_datagram,
 )
-from tests.support.waiting import UNIT, async_wait_for
 
 INFO = {"name": "resizer", "ip": "127.0.0.1", "port": 47291, "function": "resize images"}
 

@@ -10,12 +10,12 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from services.common.protocols import dbp
-from services.common.security import generate_keys, load_keys, make_client
-from services.common.settings import ConfigError
 from tests.integration.catalog.test_catalog import _info, running_catalog
 from tests.support.echo_service import EchoService, EchoSettings
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.common.protocols import dbp
+from zbus.common.security import generate_keys, load_keys, make_client
+from zbus.common.settings import ConfigError
 
 
 async def _register(endpoint: str, client_secret: Path, server: Path, name: str) -> dbp.DBPCommand:

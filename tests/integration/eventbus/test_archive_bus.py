@@ -11,9 +11,9 @@ import msgpack
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.eventbus.archive import MARK_FILE, decode_mark
-from services.eventbus.client import AsyncEventBusClient, BusEndpoints
 from tests.support.bus import running_bus
+from zbus.eventbus.client import AsyncEventBusClient, BusEndpoints
+from zbus.eventbus.server.archive import MARK_FILE, decode_mark
 
 AUTH = {"authorization": "Bearer s3cret"}
 

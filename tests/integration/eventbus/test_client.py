@@ -20,8 +20,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from services.common.protocols import eventbus_ext as ext
-from services.eventbus.client import (
+from tests.support.waiting import UNIT, async_wait_for
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.eventbus.client import (
     AsyncEventBusClient,
     AsyncSubscription,
     BusEndpoints,
@@ -29,9 +30,8 @@ from services.eventbus.client import (
     EventBusClient,
     Subscription,
 )
-from services.eventbus.config import EventBusSettings
-from services.eventbus.server import EventBusService
-from tests.support.waiting import UNIT, async_wait_for
+from zbus.eventbus.server.config import EventBusSettings
+from zbus.eventbus.server.service import EventBusService
 
 BEAT = 0.1  # heartbeat interval of every bus and client here: failover in 0.3 s
 MISSES = 3

@@ -20,19 +20,19 @@ from typing import Any
 import httpx
 import pytest
 
-from services.common.logship import LOG_TOPIC_PREFIX, LogShipper
-from services.common.security import KeyPair, generate_keys, load_keys
-from services.common.settings import ConfigError
-from services.eventbus.client import (
+from tests.integration.catalog.test_catalog import running_catalog
+from tests.support.bus import bus_on_base_port, free_base_port, running_bus
+from tests.support.waiting import UNIT, async_wait_for
+from zbus.common.security import KeyPair, generate_keys, load_keys
+from zbus.common.settings import ConfigError
+from zbus.eventbus.client import (
     AsyncEventBusClient,
     BusEndpoints,
     Event,
     EventBusClient,
     LogReader,
 )
-from tests.integration.catalog.test_catalog import running_catalog
-from tests.support.bus import bus_on_base_port, free_base_port, running_bus
-from tests.support.waiting import UNIT, async_wait_for
+from zbus.runtime.logship import LOG_TOPIC_PREFIX, LogShipper
 
 # The failover test's heartbeat interval: a silent endpoint is left after 3 of them.
 # Elsewhere the default (1 s x 3): a subscription whose stream socket could not pass the

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import zmq
 
-from services.common.protocols import eventbus_ext as ext
-from services.eventbus.store import SqliteEventLog
 from tests.support.bus import new_event
 from tests.support.waiting import UNIT
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.eventbus.server.store import SqliteEventLog
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _start(data_dir: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.eventbus", "--port", "0", "--admin-port", "0"],
+        [sys.executable, "-m", "zbus.eventbus", "--port", "0", "--admin-port", "0"],
         cwd=ROOT,
         env={**os.environ, "ZBUS_DATA_DIR": str(data_dir)},
         stdout=subprocess.PIPE,

@@ -14,16 +14,16 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from services.common.protocols import eventbus_ext as ext
-from services.eventbus.client import (
+from tests.support.bus import free_port, new_event, running_bus
+from tests.support.waiting import UNIT
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.eventbus.client import (
     AsyncEventBusClient,
     BusEndpoints,
     LogPage,
     LogQueryError,
     LogReader,
 )
-from tests.support.bus import free_port, new_event, running_bus
-from tests.support.waiting import UNIT
 
 
 def read_all(

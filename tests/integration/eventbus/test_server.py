@@ -9,11 +9,11 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from services.common.protocols import eventbus as eb
-from services.common.protocols import eventbus_ext as ext
-from services.eventbus.server import EventBusService
 from tests.support.bus import confirmed_publish, new_event, running_bus, stamp
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.common.protocols import eventbus as eb
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.eventbus.server.service import EventBusService
 
 UUID = "3f2b6f3e-8a0b-4c8e-9b6e-3c2f1d0a9b8c"
 

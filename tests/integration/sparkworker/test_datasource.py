@@ -20,11 +20,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from services.eventbus.client import BusEndpoints, EventBusClient, LogReader
-from services.sparkworker.datasource import SCHEMA, ZbusOptions, register
 from tests.support.bus import running_bus
 from tests.support.spark import local_session
 from tests.support.waiting import UNIT, wait_for
+from zbus.eventbus.client import BusEndpoints, EventBusClient, LogReader
+from zbus.sparkworker.datasource import SCHEMA, ZbusOptions, register
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from services.broker.client import AsyncBrokerClient
 from tests.support.archive import make_events, write_archive
 from tests.support.broker import running_broker
 from tests.support.bus import free_port
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.broker.client import AsyncBrokerClient
 
 ROOT = Path(__file__).resolve().parents[3]
 WAIT = 90 * UNIT  # a cold session in a new process, twice
@@ -35,7 +35,7 @@ async def test_own_session_survives_a_job_that_stops_it(tmp_path: Path) -> None:
             *[
                 sys.executable,
                 "-m",
-                "services.cli",
+                "zbus",
                 "sparkworker",
                 "--admin-port",
                 admin.rsplit(":", 1)[1],

@@ -18,19 +18,19 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.broker.client import AsyncBrokerClient, JobFailed
-from services.broker.server import BrokerService
-from services.common.security import generate_keys, load_keys
-from services.common.settings import ConfigError
-from services.eventbus.client import AsyncEventBusClient, AsyncSubscription, BusEndpoints
-from services.sparkworker.config import SparkWorkerSettings
-from services.sparkworker.service import SparkWorkerService
 from tests.support import spark_jobs
 from tests.support.archive import ArchivedEvent, make_events, write_archive
 from tests.support.broker import running_broker
 from tests.support.bus import running_bus
 from tests.support.spark import local_session
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.broker.client import AsyncBrokerClient, JobFailed
+from zbus.broker.server.service import BrokerService
+from zbus.common.security import generate_keys, load_keys
+from zbus.common.settings import ConfigError
+from zbus.eventbus.client import AsyncEventBusClient, AsyncSubscription, BusEndpoints
+from zbus.sparkworker.config import SparkWorkerSettings
+from zbus.sparkworker.service import SparkWorkerService
 
 TOPIC = "/zbus/pipeline/results"
 USER_JOBS = ",".join(

@@ -18,12 +18,12 @@ import httpx
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
-from services.broker.client import AsyncBrokerClient
 from tests.integration.sparkworker.test_process import ROOT
 from tests.support.archive import make_events, write_archive
 from tests.support.broker import running_broker
 from tests.support.bus import free_port
 from tests.support.waiting import UNIT, async_wait_for
+from zbus.broker.client import AsyncBrokerClient
 
 WAIT = 120 * UNIT
 
@@ -83,7 +83,7 @@ async def sparkworker(
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     log = (tmp / "sparkworker.log").open("w")
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "services.cli", "sparkworker"),
+        *(sys.executable, "-m", "zbus", "sparkworker"),
         *("--admin-port", str(admin_port), "--broker-endpoint", broker),
         *("--data-dir", str(tmp / "data"), "--archive-path", str(tmp / "archive")),
         *("--spark-master", master),

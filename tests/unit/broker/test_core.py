@@ -19,12 +19,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from services.broker.core import BrokerCore, Changes, CoreConfig, Outgoing
-from services.broker.errors import HeaderError, JobStateError, QueueFullError
-from services.broker.lifecycle import TRANSITIONS, JobEvent, backoff, next_state
-from services.broker.model import Job, JobState
-from services.broker.model import Schedule as StoredSchedule
-from services.common.protocols.emqp import (
+from zbus.broker.core.broker import BrokerCore, Changes, CoreConfig, Outgoing
+from zbus.broker.core.errors import HeaderError, JobStateError, QueueFullError
+from zbus.broker.core.lifecycle import TRANSITIONS, JobEvent, backoff, next_state
+from zbus.broker.core.model import Job, JobState
+from zbus.broker.core.model import Schedule as StoredSchedule
+from zbus.common.protocols.emqp import (
     Ack,
     Disconnect,
     EmqpCommand,

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
-from services.broker.metrics import BrokerMetrics
-from services.broker.model import Job, JobState
+from zbus.broker.core.model import Job, JobState
+from zbus.broker.server.metrics import BrokerMetrics
 
 T0 = 1_700_000_000.0
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.model import TERMINAL, Job, JobState, Schedule
-from services.broker.store import JobReader, JobStore, StoreError
-from services.eventbus.store import SqliteEventLog
+from zbus.broker.core.model import TERMINAL, Job, JobState, Schedule
+from zbus.broker.server.store import JobReader, JobStore, StoreError
+from zbus.eventbus.server.store import SqliteEventLog
 
 ROOT = Path(__file__).resolve().parents[3]
 T0 = 1_763_800_000.123456
@@ -323,8 +323,8 @@ def test_a_reader_sees_each_commit_and_is_read_only(store: JobStore, reader: Job
 CHILD = """
 import sys
 from pathlib import Path
-from services.broker.model import Job, JobState, Schedule
-from services.broker.store import JobStore
+from zbus.broker.core.model import Job, JobState, Schedule
+from zbus.broker.server.store import JobStore
 store = JobStore(Path(sys.argv[1]))
 n = 0
 while True:

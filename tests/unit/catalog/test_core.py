@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from services.catalog import liveness
-from services.catalog.core import CatalogConfig, CatalogCore, NodeRecord, Outgoing, malformed
-from services.common.protocols.dbp import (
+from zbus.catalog.core import liveness
+from zbus.catalog.core.catalog import CatalogConfig, CatalogCore, NodeRecord, Outgoing, malformed
+from zbus.common.protocols.dbp import (
     HERMES,
     SPEC,
     Approved,
@@ -452,7 +452,7 @@ def test_config_rejects_bad_values(bad: dict[str, Any]) -> None:
 
 
 def test_admin_deregister_disconnects_the_node_and_forgets_it() -> None:
-    from services.common.protocols import dbp as _dbp
+    from zbus.common.protocols import dbp as _dbp
 
     core = CatalogCore(CatalogConfig(heartbeat_interval=1.0), now=T0)
     core.tcp_message(b"N1", _dbp.Registration(info("svc"), T0), T0)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.catalog.logs import LogWindow, level_number
+from zbus.catalog.server.logs import LogWindow, level_number
 
 
 def rec(service: str, msg: str, level: str = "info", **extra: Any) -> dict[str, Any]:

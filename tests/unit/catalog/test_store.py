@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from services.catalog.model import NodeRecord
-from services.catalog.store import RegistryStore, StoreError
-from services.common.protocols.dbp import TimeEncoding
+from zbus.catalog.core.model import NodeRecord
+from zbus.catalog.server.store import RegistryStore, StoreError
+from zbus.common.protocols.dbp import TimeEncoding
 
 T0 = 1_763_800_000.125
 

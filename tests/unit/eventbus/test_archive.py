@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.common.clock import ManualClock
-from services.eventbus.archive import (
+from tests.support.waiting import wait_for
+from zbus.common.clock import ManualClock
+from zbus.eventbus.server.archive import (
     ARCHIVE_SCHEMA,
     MARK_FILE,
     ArchiveError,
@@ -32,9 +33,8 @@ from services.eventbus.archive import (
     redact,
     split_by_day,
 )
-from services.eventbus.metrics import BusMetrics
-from services.eventbus.store import Event, NewEvent, SqliteEventLog
-from tests.support.waiting import wait_for
+from zbus.eventbus.server.metrics import BusMetrics
+from zbus.eventbus.server.store import Event, NewEvent, SqliteEventLog
 
 DAY1 = "2026-11-22T23:59:59.999Z"
 DAY2 = "2026-11-23T00:00:00.000Z"

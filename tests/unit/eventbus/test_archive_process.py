@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from services.eventbus.archive import ArchiveError
-from services.eventbus.archive_process import ArchiveProcess
-from services.eventbus.store import SqliteEventLog
 from tests.unit.eventbus.test_archive import DAY1, DAY2, NOW, append, ev, mark_of, read_back
+from zbus.eventbus.server.archive import ArchiveError
+from zbus.eventbus.server.archive_process import ArchiveProcess
+from zbus.eventbus.server.store import SqliteEventLog
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.eventbus.store import (
+from zbus.eventbus.server.store import (
     Event,
     LogReader,
     NewEvent,
@@ -406,7 +406,7 @@ def test_retention_during_an_index_merge_forgets_deleted_uuids(path: Path) -> No
 CHILD = """
 import sys, time
 from pathlib import Path
-from services.eventbus.store import NewEvent, SqliteEventLog
+from zbus.eventbus.server.store import NewEvent, SqliteEventLog
 log = SqliteEventLog(Path(sys.argv[1]))
 n = 0
 while True:

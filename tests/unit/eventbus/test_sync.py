@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.protocols import eventbus_ext as ext
-from services.common.protocols.errors import ProtocolError
-from services.eventbus.sync import NOTHING, Actions, Event, Phase, SubscriptionCore
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.protocols.errors import ProtocolError
+from zbus.eventbus.core.sync import NOTHING, Actions, Event, Phase, SubscriptionCore
 
 TS = "2026-11-22T08:35:32.862Z"
 

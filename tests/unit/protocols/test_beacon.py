@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.protocols.beacon import (
+from tests.conftest import FUZZ_EXAMPLES
+from zbus.common.protocols.beacon import (
     MAGIC,
     Beacon,
     HermesBeacon,
     decode_beacon,
     encode_beacon,
 )
-from services.common.protocols.dbp import HERMES, SPEC, Dialect
-from services.common.protocols.errors import FrameValueError, ProtocolError, UnknownCommandError
-from tests.conftest import FUZZ_EXAMPLES
+from zbus.common.protocols.dbp import HERMES, SPEC, Dialect
+from zbus.common.protocols.errors import FrameValueError, ProtocolError, UnknownCommandError
 
 INSTANCE = bytes(range(16))
 

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.protocols import dbp
-from services.common.protocols.dbp import (
+from tests.conftest import FUZZ_EXAMPLES
+from tests.unit.protocols.strategies import frame, frame_lists
+from zbus.common.protocols import dbp
+from zbus.common.protocols.dbp import (
     HERMES,
     MAX_DATAGRAM,
     SPEC,
@@ -35,14 +37,12 @@ from services.common.protocols.dbp import (
     encode_datagram,
     missing_registration_fields,
 )
-from services.common.protocols.errors import (
+from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
     ProtocolError,
     UnknownCommandError,
 )
-from tests.conftest import FUZZ_EXAMPLES
-from tests.unit.protocols.strategies import frame, frame_lists
 
 DIALECTS = [pytest.param(SPEC, id="spec"), pytest.param(HERMES, id="hermes")]
 

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from services.common.protocols.emqp import (
+from tests.conftest import FUZZ_EXAMPLES
+from tests.unit.protocols.strategies import frame_lists
+from zbus.common.protocols.emqp import (
     DEFAULT_QUEUE_WEIGHT,
     EVENTMQ,
     SPEC,
@@ -41,14 +43,12 @@ from services.common.protocols.emqp import (
     parse_headers,
     parse_reply_value,
 )
-from services.common.protocols.errors import (
+from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
     ProtocolError,
     UnknownCommandError,
 )
-from tests.conftest import FUZZ_EXAMPLES
-from tests.unit.protocols.strategies import frame_lists
 
 V = b"eMQP/1.0"
 H = [b"", V]  # frames 0 and 1 of every well-formed 1.0 message

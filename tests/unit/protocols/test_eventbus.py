@@ -13,13 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from services.common.protocols.errors import (
+from tests.conftest import FUZZ_EXAMPLES
+from tests.unit.protocols.strategies import frame_lists
+from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
     ProtocolError,
     UnknownCommandError,
 )
-from services.common.protocols.eventbus import (
+from zbus.common.protocols.eventbus import (
     NODE_REFERENCE,
     SPEC,
     Broadcast,
@@ -37,8 +39,6 @@ from services.common.protocols.eventbus import (
     encode,
     unpack_data,
 )
-from tests.conftest import FUZZ_EXAMPLES
-from tests.unit.protocols.strategies import frame_lists
 
 U64_MAX = 2**64 - 1
 UUID = "5f0c3b1e-9a7d-4c2e-8b61-0d4e2f9a7c13"

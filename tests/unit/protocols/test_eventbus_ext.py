@@ -15,14 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from services.common.protocols import eventbus_ext as ext
-from services.common.protocols.errors import (
+from tests.conftest import FUZZ_EXAMPLES
+from tests.unit.protocols.strategies import frame_lists
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
     ProtocolError,
     UnknownCommandError,
 )
-from services.common.protocols.eventbus_ext import (
+from zbus.common.protocols.eventbus_ext import (
     CONFIRM,
     ERROR,
     MAX_LIMIT,
@@ -50,8 +52,6 @@ from services.common.protocols.eventbus_ext import (
     encode,
     is_extension,
 )
-from tests.conftest import FUZZ_EXAMPLES
-from tests.unit.protocols.strategies import frame_lists
 
 U64_MAX = 2**64 - 1
 UUID = "5f0c3b1e-9a7d-4c2e-8b61-0d4e2f9a7c13"

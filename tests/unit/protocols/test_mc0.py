@@ -10,13 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from services.common.protocols.errors import (
+from tests.conftest import FUZZ_EXAMPLES
+from tests.unit.protocols.strategies import frame_lists
+from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
     ProtocolError,
     UnknownCommandError,
 )
-from services.common.protocols.mc0 import (
+from zbus.common.protocols.mc0 import (
     CONNECTOR,
     SPEC,
     Connect,
@@ -35,8 +37,6 @@ from services.common.protocols.mc0 import (
     encode,
     request_id,
 )
-from tests.conftest import FUZZ_EXAMPLES
-from tests.unit.protocols.strategies import frame_lists
 
 DIALECTS = {"spec": SPEC, "connector": CONNECTOR}
 UUID = "9d5c1f3a-7e2b-4c8d-a6f0-3b1e5d7c9a24"

@@ -8,14 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.protocols import pppp
-from services.common.protocols.errors import (
+from tests.conftest import FUZZ_EXAMPLES
+from tests.unit.protocols.strategies import frame_lists
+from zbus.common.protocols import pppp
+from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
     ProtocolError,
     UnknownCommandError,
 )
-from services.common.protocols.pppp import (
+from zbus.common.protocols.pppp import (
     AckNack,
     Custom,
     Heartbeat,
@@ -25,8 +27,6 @@ from services.common.protocols.pppp import (
     decode_from_subscriber,
     encode,
 )
-from tests.conftest import FUZZ_EXAMPLES
-from tests.unit.protocols.strategies import frame_lists
 
 U64_MAX = (1 << 64) - 1
 

@@ -12,8 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from services.sparkworker.errors import ParamError
-from services.sparkworker.jobs.compact import CompactionError, compact
 from tests.support.archive import (
     ARROW_SCHEMA,
     archive_mark,
@@ -21,6 +19,8 @@ from tests.support.archive import (
     read_events,
     write_archive,
 )
+from zbus.sparkworker.errors import ParamError
+from zbus.sparkworker.jobs.compact import CompactionError, compact
 
 DAY1, DAY2 = "date=2024-03-09", "date=2024-03-10"
 MARK = archive_mark(600)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common.settings import ConfigError
-from services.sparkworker.config import SparkWorkerSettings, parse_spark_conf
+from zbus.common.settings import ConfigError
+from zbus.sparkworker.config import SparkWorkerSettings, parse_spark_conf
 
 
 def test_defaults(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from services.sparkworker.errors import ParamError
-from services.sparkworker.jobs.export import export
-from services.sparkworker.results import materialise
 from tests.support.archive import ArchivedEvent
+from zbus.sparkworker.errors import ParamError
+from zbus.sparkworker.jobs.export import export
+from zbus.sparkworker.jobs.results import materialise
 
 
 def run(spark: SparkSession, archive: Path, out: Path, **params: Any) -> dict[str, Any]:

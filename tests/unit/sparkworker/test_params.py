@@ -6,8 +6,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from services.sparkworker.errors import ParamError
-from services.sparkworker.params import (
+from zbus.sparkworker.errors import ParamError
+from zbus.sparkworker.params import (
     check_params,
     optional,
     parse_choice,

@@ -6,7 +6,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
-from services.sparkworker.progress import JobBoard, Progress, ProgressPoller, read_progress
+from zbus.sparkworker.progress import JobBoard, Progress, ProgressPoller, read_progress
 
 
 def test_a_job_groups_tasks_are_counted(spark: SparkSession) -> None:

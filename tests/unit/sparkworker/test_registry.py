@@ -6,9 +6,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from services.common.settings import ConfigError
-from services.sparkworker.jobs import JobRegistry, parse_job_specs
 from tests.support import spark_jobs
+from zbus.common.settings import ConfigError
+from zbus.sparkworker.jobs import JobRegistry, parse_job_specs
 
 
 def test_builtins_and_user_jobs_by_module_path() -> None:

@@ -12,9 +12,9 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import Row, SparkSession
 
-from services.sparkworker.errors import SparkJobError, is_spark_error, spark_message
-from services.sparkworker.jobs import TableResult
-from services.sparkworker.results import jsonify, materialise
+from zbus.sparkworker.errors import SparkJobError, is_spark_error, spark_message
+from zbus.sparkworker.jobs import TableResult
+from zbus.sparkworker.jobs.results import jsonify, materialise
 
 
 def test_json_values_pass_as_they_are(spark: SparkSession, tmp_path: Path) -> None:

@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from services.sparkworker.errors import ParamError
-from services.sparkworker.jobs.topic_stats import topic_stats
-from services.sparkworker.results import materialise
 from tests.support.archive import ArchivedEvent, make_events, write_archive
 from tests.unit.sparkworker.conftest import START
+from zbus.sparkworker.errors import ParamError
+from zbus.sparkworker.jobs.results import materialise
+from zbus.sparkworker.jobs.topic_stats import topic_stats
 
 
 def expected(

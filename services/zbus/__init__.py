@@ -1,0 +1,89 @@
+"""zbus: a ZeroMQ messaging backbone (catalog, event bus, job broker, Spark workers).
+
+``import zbus`` is the public API; everything named in ``__all__`` is promised and
+keeps its name across minor versions. The modules behind it (``zbus.eventbus.client``,
+``zbus.broker.client``, ...) stay importable but may move.
+
+Publish and subscribe::
+
+    with zbus.EventBusClient("tcp://127.0.0.1:5556", producer="me") as bus:
+        bus.publish("/sensors/t1", {"celsius": 21.5}, confirm=True)
+
+Run jobs::
+
+    with zbus.BrokerClient("tcp://127.0.0.1:47291") as broker:
+        print(broker.submit_and_wait("default", "echo", args=(1, 2), timeout=10))
+"""
+
+from zbus.broker.client import (
+    AsyncBrokerClient,
+    BrokerClient,
+    BrokerClientError,
+    BrokerUnavailable,
+    JobFailed,
+    JobOptions,
+)
+from zbus.broker.client.worker import UnknownJobError, Worker, current_job_id
+from zbus.catalog.client.discovery import BeaconSender, CatalogNotFound, discover
+from zbus.catalog.client.node import (
+    CatalogError,
+    CatalogNode,
+    CatalogUnavailable,
+    NodeState,
+    RegistrationDenied,
+)
+from zbus.common.protocols.errors import ProtocolError
+from zbus.common.security import KeyPair, client_keys, generate_keys, load_keys
+from zbus.common.settings import ConfigError
+from zbus.common.version import __version__
+from zbus.errors import ZbusError
+from zbus.eventbus.client import (
+    AsyncEventBusClient,
+    AsyncSubscription,
+    BusEndpoints,
+    Event,
+    EventBusClient,
+    LogPage,
+    LogQueryError,
+    LogReader,
+    PublishError,
+    Subscription,
+)
+
+__all__ = [
+    "AsyncBrokerClient",
+    "AsyncEventBusClient",
+    "AsyncSubscription",
+    "BeaconSender",
+    "BrokerClient",
+    "BrokerClientError",
+    "BrokerUnavailable",
+    "BusEndpoints",
+    "CatalogError",
+    "CatalogNode",
+    "CatalogNotFound",
+    "CatalogUnavailable",
+    "ConfigError",
+    "Event",
+    "EventBusClient",
+    "JobFailed",
+    "JobOptions",
+    "KeyPair",
+    "LogPage",
+    "LogQueryError",
+    "LogReader",
+    "NodeState",
+    "ProtocolError",
+    "PublishError",
+    "RegistrationDenied",
+    "Subscription",
+    "UnknownJobError",
+    "Worker",
+    "ZbusError",
+    "__version__",
+    "client_keys",
+    "current_job_id",
+    "discover",
+    "generate_keys",
+    "load_keys",
+]

@@ -1,0 +1,234 @@
+"""The blocking broker client: :class:`BrokerClient`, one DEALER socket, no threads."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any, Final, Self, Unpack
+
+import zmq
+
+from zbus.broker.client.base import (
+    DEFAULT_ENDPOINT,
+    BatchOptions,
+    JobOptions,
+    _check_timeout,
+    _check_window,
+    _dealer,
+    _OneJobOptions,
+)
+from zbus.broker.client.errors import BrokerUnavailable
+from zbus.broker.client.tracker import _rejected, _Tracker
+from zbus.common.security import KeyPair
+from zbus.common.wire import send_frames
+
+__all__ = ["BrokerClient"]
+
+_READ_EVERY: Final = 64  # submit_nowait reads what arrived every this many sends
+
+
+class BrokerClient:
+    """Blocking client of the broker's client port.
+
+    Args:
+        endpoint: the broker's client ROUTER.
+        ack_timeout: seconds a submit waits for the broker's ACK (and a send for room).
+        max_results: results kept for later :meth:`result` calls; the oldest go first.
+        context: the ZeroMQ context (default: the process-wide one).
+        curve: ``(this client's key pair, the broker's public key)`` to talk to a broker
+            that runs CURVE (see :mod:`zbus.common.security`). A broker with a ZAP
+            allow-list that does not list the client's key fails the handshake, and the
+            client sees no ACK: :class:`BrokerUnavailable`.
+
+    The submit methods take the keyword options of :class:`JobOptions`.
+
+    Raises:
+        ConfigError: ``curve``'s key pair has no secret key.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        ack_timeout: float = 5.0,
+        max_results: int = 100_000,
+        context: zmq.Context[Any] | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.ack_timeout = _check_timeout(ack_timeout)
+        self._tracker = _Tracker(max_results)
+        self._sock: zmq.Socket[Any] = (context or zmq.Context.instance()).socket(zmq.DEALER)
+        _dealer(self._sock, endpoint, ack_timeout, curve)
+        self._sent = 0
+        self._closed = False
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Messages dropped (``malformed``, ``unexpected``), ``handoffs``, ``results_dropped``."""
+        return dict(self._tracker.counters)
+
+    @property
+    def pending_acks(self) -> int:
+        """Submitted jobs the broker has not acknowledged yet."""
+        return len(self._tracker.unacked)
+
+    def submit(self, queue: str, callable: str, **options: Unpack[JobOptions]) -> str:
+        """Submit ``callable(*args, **kwargs)`` on ``queue``; returns once it is stored.
+
+        Raises:
+            BrokerUnavailable: no ACK within ``ack_timeout``.
+            JobFailed: the broker refused the job (state ``"rejected"``).
+        """
+        job_id = self.submit_nowait(queue, callable, **options)
+        unacked = self._tracker.unacked
+        deadline = time.monotonic() + self.ack_timeout
+        while job_id in unacked:
+            if not self._read_until(deadline):
+                del unacked[job_id]  # answered late or never: wait_acks must not wait for it
+                raise BrokerUnavailable([job_id], self.ack_timeout)
+        rejection = self._tracker.take_rejection(job_id)
+        if rejection is not None:
+            raise rejection
+        return job_id
+
+    def submit_nowait(self, queue: str, callable: str, **options: Unpack[JobOptions]) -> str:
+        """Send the REQUEST without waiting for its ACK (see :meth:`wait_acks`).
+
+        Raises:
+            BrokerUnavailable: not even room to send within ``ack_timeout``.
+        """
+        job_id, frames = self._tracker.request(queue, callable, options)
+        try:
+            send_frames(self._sock, frames)
+        except zmq.Again:
+            self._tracker.unacked.pop(job_id, None)
+            raise BrokerUnavailable([job_id], self.ack_timeout) from None
+        self._sent += 1
+        if self._sent % _READ_EVERY == 0:
+            self._read()
+        return job_id
+
+    def wait_acks(self, timeout: float | None = None) -> list[str]:
+        """Wait until every submitted job is acknowledged.
+
+        Args:
+            timeout: at most this many seconds in all; ``None`` waits as long as answers
+                keep coming, until none arrived for ``ack_timeout`` seconds.
+
+        Returns:
+            The ids of jobs the broker refused (their :meth:`result` raises JobFailed).
+
+        Raises:
+            BrokerUnavailable: naming the jobs still unacknowledged; they stay pending, so
+                a later ``wait_acks`` may still see them answered.
+        """
+        tracker = self._tracker
+        waiting = list(tracker.unacked)
+        start = time.monotonic()
+        end = math.inf if timeout is None else start + timeout
+        while tracker.unacked:
+            before = tracker.acks
+            deadline = min(end, time.monotonic() + self.ack_timeout)
+            while tracker.unacked and tracker.acks == before and self._read_until(deadline):
+                pass
+            if tracker.unacked and (tracker.acks == before or time.monotonic() >= end):
+                raise BrokerUnavailable(list(tracker.unacked), time.monotonic() - start)
+        return _rejected(tracker, waiting)
+
+    def submit_many(
+        self,
+        queue: str,
+        callable: str,
+        args_list: Iterable[Sequence[Any]],
+        *,
+        window: int = 1000,
+        **options: Unpack[BatchOptions],
+    ) -> list[str]:
+        """Submit one job per item of ``args_list``, pipelined; returns their ids in order.
+
+        At most ``window`` jobs are unacknowledged at any time; returns once all are
+        acknowledged. Refused jobs are logged and their :meth:`result` raises JobFailed.
+
+        Raises:
+            BrokerUnavailable: acknowledgements stopped coming for ``ack_timeout``.
+        """
+        tracker = self._tracker
+        ids: list[str] = []
+        for args in args_list:
+            if len(tracker.unacked) >= _check_window(window):
+                deadline = time.monotonic() + self.ack_timeout
+                while len(tracker.unacked) >= window:
+                    if not self._read_until(deadline):
+                        raise BrokerUnavailable(list(tracker.unacked), self.ack_timeout)
+            ids.append(self.submit_nowait(queue, callable, args=args, **options))
+        self.wait_acks()
+        return ids
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The value of job ``job_id``, waiting up to ``timeout`` seconds (None: forever).
+
+        Raises:
+            JobFailed: the broker gave up on the job (or refused it).
+            TimeoutError: no result within ``timeout``.
+        """
+        results = self._tracker.results
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while job_id not in results:
+            if not self._read_until(deadline):
+                raise TimeoutError(f"no result for job {job_id} within {timeout:g}s")
+        return results.pop(job_id).unwrap(job_id)
+
+    def submit_and_wait(
+        self,
+        queue: str,
+        callable: str,
+        *,
+        timeout: float | None = None,
+        job_timeout: float | None = None,
+        **options: Unpack[_OneJobOptions],
+    ) -> Any:
+        """:meth:`submit` then :meth:`result`: ``timeout`` bounds the wait for the result,
+        ``job_timeout`` is the job's own ``timeout`` option."""
+        job_id = self.submit(queue, callable, timeout=job_timeout, **options)
+        return self.result(job_id, timeout)
+
+    def close(self) -> None:
+        """Close the socket (linger 0: REQUESTs not yet sent are dropped)."""
+        if not self._closed:
+            self._closed = True
+            self._sock.close(linger=0)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _read(self) -> bool:
+        """Take every message already arrived; True if there was one."""
+        got = False
+        sock, feed = self._sock, self._tracker.feed
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return got
+            got = True
+            feed(frames)
+
+    def _read_until(self, deadline: float) -> bool:
+        """Wait for messages until ``deadline`` and take them; False once it has passed."""
+        if self._read():
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ms = -1 if math.isinf(left) else int(left * 1000) + 1
+        self._sock.poll(ms, zmq.POLLIN)
+        self._read()
+        return True

@@ -1,0 +1,342 @@
+"""The broker's jobs: their values, routing to worker slots, endings and timers.
+
+Part of the sans-I/O core (ADR 0003 decision 1): :class:`JobTable` holds every
+unfinished job, moves it through the table of :mod:`zbus.broker.core.lifecycle`, records
+each new value for the store and queues each message for the wiring to send.
+:class:`zbus.broker.core.broker.BrokerCore` drives it from the eMQP dialog.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Final
+
+from zbus.broker.core.errors import QueueFullError
+from zbus.broker.core.interface import CoreConfig, Outgoing, Side
+from zbus.broker.core.lifecycle import (
+    JobEvent,
+    backoff,
+    dispatched,
+    forward_headers,
+    give_up_body,
+    job_options,
+    next_state,
+    settled,
+    worker_error,
+)
+from zbus.broker.core.model import TERMINAL, Headers, Job, JobState
+from zbus.broker.core.routing import QueueState, Router, SchedulerPeer, WorkerState
+from zbus.common.protocols.emqp import EmqpCommand, Reply, Request
+
+QUEUED: Final = JobState.QUEUED
+RUNNING: Final = JobState.RUNNING
+
+
+class JobTable:
+    """Unfinished jobs, recently finished ones, and everything that moves them.
+
+    Attributes:
+        jobs: unfinished jobs by id (queued, waiting or running).
+        finished: terminal jobs kept to answer duplicate REQUESTs, oldest end first,
+            bounded by ``finished_ttl`` and ``max_finished``.
+        router: queues and workers.
+        peers: eventmq schedulers, which submit jobs but are not answered.
+        outbox: messages to send, in order.
+        dirty: the latest value of every job changed since the store last took them.
+    """
+
+    def __init__(
+        self, config: CoreConfig, counters: dict[str, int], new_id: Callable[[], str]
+    ) -> None:
+        self.config = config
+        self.counters = counters
+        self.new_id = new_id
+        self.jobs: dict[str, Job] = {}
+        self.finished: OrderedDict[str, Job] = OrderedDict()
+        self.router = Router()
+        self.peers: dict[bytes, SchedulerPeer] = {}
+        self.outbox: list[Outgoing] = []
+        self.dirty: dict[str, Job] = {}
+        self._seq = itertools.count()
+        self._delays: list[tuple[float, int, str]] = []  # (not_before, seq, job id)
+        self._timeouts: list[tuple[float, int, str, int]] = []  # (+ attempt number)
+        self._handoff = config.compat == "eventmq"
+
+    # ------------------------------------------------------------------ messages
+
+    def send(self, side: Side, identity: bytes, command: EmqpCommand) -> None:
+        self.outbox.append(Outgoing(side, identity, command))
+
+    def answer(self, client: bytes | None, command: EmqpCommand) -> None:
+        """Send to the client that submitted a job, unless there is none to answer."""
+        if client is not None and client not in self.peers:
+            self.outbox.append(Outgoing("client", client, command))
+
+    # ------------------------------------------------------------------ values
+
+    def get(self, job_id: str) -> Job | None:
+        """An unfinished job, or a finished one still remembered."""
+        return self.jobs.get(job_id) or self.finished.get(job_id)
+
+    def store(self, job: Job) -> None:
+        """Record ``job`` as the job's new value (held in memory and marked for the store)."""
+        self.dirty[job.id] = job
+        if job.state in TERMINAL:
+            self.jobs.pop(job.id, None)
+            self.remember(job, job.updated)
+            q = self.router.queues.get(job.queue)
+            if q is not None:
+                self.router.drop_if_idle(q)
+        else:
+            self.jobs[job.id] = job
+
+    def remember(self, job: Job, now: float) -> None:
+        self.finished[job.id] = job
+        self.finished.move_to_end(job.id)
+        self.evict_finished(now)
+
+    def evict_finished(self, now: float) -> None:
+        finished, ttl, most = self.finished, self.config.finished_ttl, self.config.max_finished
+        while finished and (
+            len(finished) > most or next(iter(finished.values())).updated + ttl <= now
+        ):
+            finished.popitem(last=False)
+
+    def create(
+        self,
+        job_id: str,
+        queue: str,
+        headers: Headers,
+        body: bytes,
+        client: bytes | None,
+        now: float,
+        schedule: str | None = None,
+    ) -> Job:
+        """Store a new queued job; route it with :meth:`enqueue`.
+
+        Raises:
+            QueueFullError: when ``max_queued`` unfinished jobs are held already.
+            HeaderError: for a bad ``retry-count``, ``timeout`` or ``delay``.
+        """
+        if len(self.jobs) >= self.config.max_queued:
+            raise QueueFullError(self.config.max_queued)
+        options = job_options(headers, self.config.default_retries)
+        job = Job(
+            id=job_id,
+            queue=queue,
+            headers=headers,
+            body=body,
+            client=client,
+            state=QUEUED,
+            attempts=0,
+            max_retries=options.max_retries,
+            timeout=options.timeout,
+            not_before=now + options.delay,
+            created=now,
+            updated=now,
+            schedule_id=schedule,
+        )
+        self.store(job)
+        return job
+
+    # ------------------------------------------------------------------ routing
+
+    def enqueue(self, job: Job, now: float) -> None:
+        """Route a queued job: wait for its not_before, or offer it to a worker now."""
+        q = self.router.queue(job.queue)
+        if job.not_before > now:
+            q.waiting.add(job.id)
+            heapq.heappush(self._delays, (job.not_before, next(self._seq), job.id))
+        else:
+            self.router.push_ready(q, job.client, job.id)
+            self._pump(q, now)
+
+    def _pump(self, q: QueueState, now: float) -> None:
+        router = self.router
+        while q.ready and router.has_slot(q):
+            job_id = router.pop_ready(q)
+            if job_id is None:
+                break
+            self._dispatch(self.jobs[job_id], router.take_slot(q), q, now)
+
+    def ready(self, worker: WorkerState, now: float) -> None:
+        """A READY: the oldest ready job of the worker's highest-priority queue that has
+        one (eventmq's router), or else a slot that waits, least recently used first."""
+        for q in worker.queues:
+            if q.ready:
+                job_id = self.router.pop_ready(q)
+                if job_id is not None:
+                    self._dispatch(self.jobs[job_id], worker, q, now)
+                    return
+        self.router.add_slot(worker)
+
+    def _dispatch(self, job: Job, worker: WorkerState, q: QueueState, now: float) -> None:
+        running = dispatched(job, worker.identity, now)
+        self.store(running)
+        q.running += 1
+        worker.running[job.id] = None
+        self.counters["dispatched"] += 1
+        if running.timeout is not None:
+            deadline = now + running.timeout
+            heapq.heappush(self._timeouts, (deadline, next(self._seq), job.id, running.attempts))
+        # The REQUEST goes on as the client sent it, same msgid (eventmq's router does).
+        request = Request(job.id, job.queue, forward_headers(job.headers), job.body)
+        self.send("worker", worker.identity, request)
+        if self._handoff and running.attempts == 1 and job.client is not None:
+            # eventmq's 5-frame "handed to a worker" notice (ADR 0003 decision 4).
+            peer = self.peers.get(job.client)
+            notice = Reply(self.new_id(), job.id.encode())
+            self.send(peer.side if peer else "client", job.client, notice)
+
+    def _detach(self, job: Job) -> None:
+        """Take a running job off its worker and off its queue's running count."""
+        if job.worker is not None:
+            worker = self.router.workers.get(job.worker)
+            if worker is not None:
+                worker.running.pop(job.id, None)
+        self.router.queues[job.queue].running -= 1
+
+    # ------------------------------------------------------------------ endings
+
+    def reply(self, worker: WorkerState, cmd: Reply, now: float) -> str | None:
+        """A worker's REPLY: the job succeeds, or fails if the body is an error object."""
+        job_id = cmd.request_id
+        if job_id is None:
+            # The spec's 5-frame REPLY names no request: it answers the job whose id it
+            # reuses as msgid, or else the worker's only running job.
+            if cmd.msgid in worker.running:
+                job_id = cmd.msgid
+            elif len(worker.running) == 1:
+                job_id = next(iter(worker.running))
+            else:
+                self.counters["replies_unmatched"] += 1
+                return f"REPLY {cmd.msgid} without a request id matches no single job: dropped"
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not RUNNING or job.worker != worker.identity:
+            if job is None and job_id not in self.finished:
+                self.counters["replies_unknown"] += 1
+                return f"REPLY for unknown job {job_id}: dropped"
+            self.counters["replies_not_running"] += 1
+            return f"REPLY for job {job_id}, not running on this worker: dropped"
+        self._detach(job)
+        error = worker_error(cmd.body)
+        if error is None:
+            self.store(settled(job, JobState.SUCCEEDED, now, result=cmd.body))
+            self.counters["succeeded"] += 1
+            self.answer(job.client, Reply(self.new_id(), cmd.body, job.id))
+        else:
+            self._fail(job, JobEvent.ERROR, error[0], error[1], now)
+        return None
+
+    def _fail(self, job: Job, event: JobEvent, kind: str, message: str, now: float) -> None:
+        """End a failed attempt: retry after the backoff, or give up (ADR 0003 dec. 5).
+
+        ``event`` is ERROR (the worker reported ``kind: message``) or LOST (``message``
+        says why: worker gone, timeout, broker restarted).
+        """
+        state = next_state(job.state, event, retry_left=job.attempts <= job.max_retries)
+        reason = f"{kind}: {message}" if event is JobEvent.ERROR else message
+        if state is QUEUED:
+            wait = backoff(job.attempts, self.config.backoff_base, self.config.backoff_max)
+            retried = settled(job, QUEUED, now, error=reason, not_before=now + wait)
+            self.store(retried)
+            self.counters["retried"] += 1
+            self.enqueue(retried, now)
+            return
+        assert state is JobState.FAILED or state is JobState.DEAD
+        body = give_up_body(state, kind, message)
+        self.store(settled(job, state, now, result=body, error=reason))
+        self.counters[state.value] += 1
+        self.answer(job.client, Reply(self.new_id(), body, job.id))
+
+    def restarted(self, job: Job, now: float) -> None:
+        """A job the store had as RUNNING when the broker started (ADR 0003 decision 2).
+
+        Its worker's reply, if it ever comes, is for a job no longer running here and
+        is dropped.
+        """
+        # The broker failed, not the job: the attempt does not use up one of the job's
+        # retries, so an accepted job with no retries left still runs (nothing
+        # acknowledged is lost on a kill -9).
+        again = replace(
+            job,
+            state=JobState.QUEUED,
+            max_retries=job.max_retries + 1,
+            worker=None,
+            started=None,
+            not_before=now,
+            updated=now,
+            error=f"broker restarted during attempt {job.attempts}",
+        )
+        self.jobs[job.id] = again
+        self.store(again)
+        self.enqueue(again, now)
+
+    def drop_worker(self, identity: bytes, reason: str, now: float) -> None:
+        """A worker is gone: its slots with it, its running jobs failed (retried or dead)."""
+        worker = self.router.remove_worker(identity)
+        if worker is None:
+            return
+        for job_id in list(worker.running):
+            job = self.jobs[job_id]
+            self._detach(job)
+            self._fail(job, JobEvent.LOST, "WorkerLost", reason, now)
+
+    def cancel(self, job: Job, reason: str, now: float) -> bool:
+        """Cancel a job if its state allows it (queued only)."""
+        if next_state(job.state, JobEvent.CANCEL) is None:
+            return False
+        q = self.router.queues[job.queue]
+        if job.id in q.ready:
+            self.router.unready(q, job.id)
+        else:
+            q.waiting.discard(job.id)
+        body = give_up_body(JobState.CANCELLED, "Cancelled", reason)
+        self.store(replace(job, state=JobState.CANCELLED, error=reason, result=body, updated=now))
+        self.counters["cancelled"] += 1
+        self.answer(job.client, Reply(self.new_id(), body, job.id))
+        return True
+
+    # ------------------------------------------------------------------ timers
+
+    def next_timeout(self) -> float | None:
+        """The earliest live job timeout (stale heap entries are dropped on the way)."""
+        heap, jobs = self._timeouts, self.jobs
+        while heap:
+            _, _, job_id, attempt = heap[0]
+            job = jobs.get(job_id)
+            if job is not None and job.state is RUNNING and job.attempts == attempt:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return None
+
+    def expire_timeouts(self, now: float) -> None:
+        while (deadline := self.next_timeout()) is not None and deadline <= now:
+            job = self.jobs[heapq.heappop(self._timeouts)[2]]
+            self.counters["timeouts"] += 1
+            self._detach(job)
+            # The worker keeps the slot until it answers: it may be stuck on this job.
+            self._fail(job, JobEvent.LOST, "Timeout", f"timeout after {job.timeout:g}s", now)
+
+    def next_release(self) -> float | None:
+        """The earliest not_before of a waiting job (delay or retry backoff)."""
+        heap, jobs = self._delays, self.jobs
+        while heap:
+            job = jobs.get(heap[0][2])
+            if job is not None and job.state is QUEUED and job.not_before == heap[0][0]:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return None
+
+    def release_waiting(self, now: float) -> None:
+        while (due := self.next_release()) is not None and due <= now:
+            job = self.jobs[heapq.heappop(self._delays)[2]]
+            q = self.router.queues[job.queue]
+            if job.id in q.waiting:
+                q.waiting.discard(job.id)
+                self.router.push_ready(q, job.client, job.id)
+                self._pump(q, now)

@@ -1,0 +1,1 @@
+"""The broker server: the routing thread, the durable job store and the admin routes."""

@@ -1,0 +1,552 @@
+"""A service node's side of DBP: register with the catalog, keep heartbeating, re-register.
+
+:class:`CatalogNode` follows the DBP spec (seed 004) for a service node:
+
+- "Opening and Closing a Connection": one DEALER socket to the catalog's ROUTER (port
+  5246); the node sends REGISTRATION and waits for APPROVED (DENIED raises
+  :class:`RegistrationDenied`). When no answer comes within ``reply_timeout`` the
+  catalog is taken to be unreachable: the socket is closed and a new one retries after
+  an exponential backoff.
+- "DBP/Heartbeats": HEARTBEAT every ``heartbeat_interval`` as a UDP datagram
+  (``encode_datagram``) to the catalog's heartbeat address, given as ``udp_address`` or
+  in APPROVED's ``udp_heartbeat`` key, else as a TCP HEARTBEAT on the DEALER. "In the
+  event of a missing beat, heartbeats will switch over to reliable TCP": when nothing
+  has been heard from the catalog for 1.5 intervals (one beat missed, with slack for
+  jitter) the node also sends TCP heartbeats. It keeps sending UDP beats as a probe and
+  goes back to UDP alone once a catalog heartbeat datagram arrives again.
+- "Heartbeating": any received command except DISCONNECT is a heartbeat. After
+  ``heartbeat_interval * misses`` of silence the catalog is "disconnected" and the node
+  "SHOULD restart a new conversation".
+- "When the service node receives DISCONNECT ... it MUST close its socket, and
+  reconnect to the broker on a new socket": the node does that (over TCP or UDP) and
+  registers again, counting ``reregistrations``.
+- :meth:`CatalogNode.update` sends UPDATE and waits for AWK (Hermes) or APPROVED.
+- :meth:`CatalogNode.deregister` sends DISCONNECT ("The service node MAY send
+  DISCONNECT at any time") and closes the socket.
+
+Whatever arrives that is not a well-formed DBP command is counted in ``counters``
+(``malformed``; ``unexpected`` for commands a node has no use for) and dropped, never
+raised to the caller.
+
+The errors, :class:`NodeState`, the counters and the reading of APPROVED's UDP address
+are in :mod:`zbus.catalog.client.base`, without I/O; this module re-exports their names.
+
+Example::
+
+    async with CatalogNode("tcp://catalog:5246", {"name": "resizer", ...}) as node:
+        await node.update({"port": 47292})
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Final, Self
+
+import zmq
+import zmq.asyncio
+
+from zbus.catalog.client.base import (
+    _COUNTERS,
+    CatalogError,
+    CatalogUnavailable,
+    NodeState,
+    RegistrationDenied,
+    _udp_target,
+)
+from zbus.catalog.client.base import UDP_HEARTBEAT_KEY as UDP_HEARTBEAT_KEY  # re-exported
+from zbus.common.protocols.dbp import (
+    SPEC,
+    Approved,
+    Awk,
+    DBPCommand,
+    Denied,
+    Dialect,
+    Disconnect,
+    Heartbeat,
+    JSONObject,
+    Registration,
+    Update,
+    decode,
+    decode_datagram,
+    encode,
+    encode_datagram,
+)
+from zbus.common.protocols.errors import ProtocolError
+from zbus.common.security import KeyPair, make_client
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "CatalogError",
+    "CatalogNode",
+    "CatalogUnavailable",
+    "NodeState",
+    "RegistrationDenied",
+]
+
+log = logging.getLogger(__name__)
+
+#: The catalog's DBP ROUTER (seed 004: "The broker MUST use a ROUTER socket on port 5246").
+DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5246"
+
+#: Silence, in heartbeat intervals, after which UDP counts as having missed a beat.
+_FALLBACK_INTERVALS = 1.5
+
+
+class _Udp(asyncio.DatagramProtocol):
+    """Hands every datagram from the node's UDP socket to the node."""
+
+    def __init__(self, node: CatalogNode) -> None:
+        self._node = node
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        self._node._on_datagram(data)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable and the like: the heartbeat is lost, which the silence
+        # rules handle; nothing to raise.
+        log.debug("catalog udp error: %s", exc)
+
+
+class CatalogNode:
+    """One service node registered with the DBP catalog (see the module docstring).
+
+    Args:
+        endpoint: the catalog's ROUTER, e.g. ``"tcp://catalog:5246"``.
+        info: the REGISTRATION body; ``heartbeat_interval`` is added when missing (the
+            spec asks for "heartbeat timing at a minimum").
+        heartbeat_interval: seconds between heartbeats, both ways.
+        misses: silent intervals after which the catalog counts as gone.
+        udp_address: the catalog's UDP heartbeat address; overrides APPROVED's
+            ``udp_heartbeat``. Without either, heartbeats go over TCP.
+        context: the ``zmq.asyncio`` context (default: the shared instance).
+        dialect: how commands are written (``SPEC`` or ``HERMES``).
+        reply_timeout: seconds to wait for APPROVED, DENIED or AWK (default: one
+            silence period, ``heartbeat_interval * misses``).
+        backoff: first and largest pause between registration attempts.
+        register_timeout: total seconds :meth:`start` keeps trying to register before
+            it raises :class:`CatalogUnavailable`; None tries for ever.
+        on_state: called with each new :class:`NodeState`.
+        curve: ``(this node's key pair, the catalog's public key)`` to talk to a catalog
+            that runs CURVE (its policy may then refuse the node's key with DENIED).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        info: Mapping[str, Any],
+        *,
+        heartbeat_interval: float = 1.0,
+        misses: int = 3,
+        udp_address: tuple[str, int] | None = None,
+        context: zmq.asyncio.Context | None = None,
+        dialect: Dialect = SPEC,
+        reply_timeout: float | None = None,
+        backoff: tuple[float, float] = (0.1, 5.0),
+        register_timeout: float | None = None,
+        on_state: Callable[[NodeState], None] | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
+    ) -> None:
+        if not heartbeat_interval > 0:
+            raise ValueError("heartbeat_interval must be positive")
+        if misses < 1:
+            raise ValueError("misses must be at least 1")
+        self.endpoint = endpoint
+        self.info: JSONObject = dict(info)
+        self.info.setdefault("heartbeat_interval", heartbeat_interval)
+        self.heartbeat_interval = heartbeat_interval
+        self.misses = misses
+        self.dialect = dialect
+        self.reply_timeout = (
+            reply_timeout if reply_timeout is not None else (heartbeat_interval * misses)
+        )
+        self.backoff = backoff
+        self.register_timeout = register_timeout
+        self.curve = curve
+        self.on_state = on_state
+        #: Configuration from the last APPROVED.
+        self.config: JSONObject = {}
+        self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self._explicit_udp = udp_address
+        self._udp_target: tuple[str, int] | None = udp_address
+        self._ctx = context or zmq.asyncio.Context.instance()
+        self._sock: zmq.asyncio.Socket | None = None
+        self._identity = b""
+        self._udp: asyncio.DatagramTransport | None = None
+        self._state = NodeState.IDLE
+        self._mode = "tcp"
+        self._last_heard = 0.0
+        self._last_tcp_sent = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._session_end: asyncio.Future[str] | None = None
+        self._pending: asyncio.Future[JSONObject] | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def state(self) -> NodeState:
+        return self._state
+
+    @property
+    def registered(self) -> bool:
+        return self._state is NodeState.REGISTERED
+
+    @property
+    def identity(self) -> bytes:
+        """The current DEALER socket identity (a new one for every socket)."""
+        return self._identity
+
+    @property
+    def heartbeat_mode(self) -> str:
+        """``"udp"`` or ``"tcp"``: how heartbeats currently travel."""
+        return self._mode
+
+    @property
+    def udp_target(self) -> tuple[str, int] | None:
+        """Where UDP heartbeats go, or None when heartbeats use TCP only."""
+        return self._udp_target
+
+    async def start(self) -> None:
+        """Register (retrying while the catalog is unreachable), then keep heartbeating.
+
+        Raises:
+            RegistrationDenied: the catalog answered DENIED.
+            CatalogUnavailable: ``register_timeout`` passed without an answer.
+        """
+        if self._task is not None:
+            return
+        try:
+            await self._register(self.register_timeout)
+        except BaseException:
+            await self._shutdown(send_disconnect=False)
+            raise
+        self._task = asyncio.create_task(self._maintain(), name="catalog-node")
+
+    async def run(self) -> None:
+        """:meth:`start`, then run until :meth:`stop` (or a re-registration is denied)."""
+        await self.start()
+        task = self._task
+        assert task is not None
+        # wait() rather than await: stop() cancelling the task is a normal end of run().
+        await asyncio.wait({task})
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            raise exc
+
+    async def stop(self) -> None:
+        """Deregister: send DISCONNECT, close the sockets. Safe to call twice."""
+        await self._shutdown(send_disconnect=True)
+
+    deregister = stop
+
+    async def update(
+        self,
+        changes: Mapping[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> JSONObject:
+        """Send UPDATE and wait for AWK or APPROVED; returns APPROVED's config (or ``{}``).
+
+        The changes are merged into :attr:`info`, so a later re-registration carries them.
+
+        Raises:
+            RegistrationDenied: the catalog answered DENIED.
+            CatalogUnavailable: no answer within ``timeout`` (default ``reply_timeout``),
+                or the node is not registered.
+        """
+        if not self.registered or self._sock is None:
+            raise CatalogUnavailable("not registered with the catalog")
+        if self._pending is not None and not self._pending.done():
+            raise RuntimeError("another update is waiting for its answer")
+        body = dict(changes)
+        pending: asyncio.Future[JSONObject] = asyncio.get_running_loop().create_future()
+        self._pending = pending
+        try:
+            async with asyncio.timeout(self.reply_timeout if timeout is None else timeout):
+                await self._send(Update(body, time.time()))
+                self.counters["updates"] += 1
+                config = await pending
+        except TimeoutError:
+            raise CatalogUnavailable("no answer to UPDATE") from None
+        finally:
+            self._pending = None
+        self.info.update(body)
+        return config
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ registration
+
+    def _set_state(self, state: NodeState) -> None:
+        if state is self._state:
+            return
+        self._state = state
+        if self.on_state is not None:
+            try:
+                self.on_state(state)
+            except Exception:
+                log.exception("catalog node state callback failed")
+
+    def _open_socket(self) -> zmq.asyncio.Socket:
+        self._close_socket()
+        sock = self._ctx.socket(zmq.DEALER)
+        if self.curve is not None:
+            make_client(sock, *self.curve)
+        self._identity = uuid.uuid4().bytes
+        sock.identity = self._identity
+        sock.linger = 0
+        sock.connect(self.endpoint)
+        self._sock = sock
+        return sock
+
+    def _close_socket(self, linger_ms: int = 0) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=linger_ms)
+            self._sock = None
+
+    async def _send(self, cmd: DBPCommand, *, block: bool = True) -> bool:
+        """Send ``cmd`` on the DEALER; without ``block``, drop it if it cannot be queued."""
+        if self._sock is None:
+            return False
+        try:
+            await self._sock.send_multipart(encode(cmd, self.dialect), 0 if block else zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        self._last_tcp_sent = time.monotonic()
+        return True
+
+    async def _register(self, total: float | None) -> None:
+        """REGISTRATION on a new socket until APPROVED; back off while unanswered."""
+        self._set_state(NodeState.REGISTERING)
+        loop = asyncio.get_running_loop()
+        deadline = None if total is None else loop.time() + total
+        delay, longest = self.backoff
+        while True:
+            sock = self._open_socket()
+            await self._send(Registration(self.info, time.time()))
+            try:
+                reply = await self._await_registration_reply(sock)
+            except TimeoutError:
+                reply = None
+            if isinstance(reply, Approved):
+                await self._approved(reply)
+                return
+            if isinstance(reply, Denied):
+                self._close_socket()
+                self._set_state(NodeState.DENIED)
+                raise RegistrationDenied(reply.reasons)
+            # No answer, or DISCONNECT: the catalog is unreachable or restarting.
+            self._close_socket()
+            self.counters["registration_timeouts"] += 1
+            if deadline is not None and loop.time() + delay >= deadline:
+                raise CatalogUnavailable(f"no answer from the catalog at {self.endpoint}")
+            # Backoff between attempts (a retry policy, not a synchronisation point).
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, longest)
+
+    async def _await_registration_reply(
+        self, sock: zmq.asyncio.Socket
+    ) -> Approved | Denied | Disconnect:
+        async with asyncio.timeout(self.reply_timeout):
+            while True:
+                cmd = self._decode(await sock.recv_multipart())
+                if isinstance(cmd, Approved | Denied | Disconnect):
+                    return cmd
+                if cmd is not None and not isinstance(cmd, Heartbeat):
+                    self.counters["unexpected"] += 1
+
+    async def _approved(self, reply: Approved) -> None:
+        self.config = dict(reply.config)
+        # The catalog's instructions set the agreed heartbeat interval and misses (DBP:
+        # "regular and agreed-upon intervals"); a node judging the catalog's silence by
+        # a shorter interval of its own would drop a healthy session.
+        interval = reply.config.get("heartbeat_interval")
+        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval > 0:
+            self.heartbeat_interval = float(interval)
+        misses = reply.config.get("heartbeat_misses")
+        if isinstance(misses, int) and not isinstance(misses, bool) and misses > 0:
+            self.misses = misses
+        if self._explicit_udp is None:
+            self._udp_target = _udp_target(self.endpoint, reply.config.get(UDP_HEARTBEAT_KEY))
+        if self._udp_target is not None and self._udp is None:
+            loop = asyncio.get_running_loop()
+            self._udp, _ = await loop.create_datagram_endpoint(
+                lambda: _Udp(self), local_addr=("0.0.0.0", 0)
+            )
+        self._mode = "udp" if self._udp_target is not None else "tcp"
+        self._last_heard = time.monotonic()
+        self.counters["registrations"] += 1
+        self._set_state(NodeState.REGISTERED)
+
+    # ------------------------------------------------------------------ the session
+
+    async def _maintain(self) -> None:
+        """Run sessions; after each one ends, register again on a new socket."""
+        while True:
+            reason = await self._session()
+            log.info("catalog session ended (%s); registering again", reason)
+            if reason == "silence" and self._sock is not None:
+                # The catalog may still hold this session as live: say goodbye on the old
+                # socket, so the new REGISTRATION does not find the name taken.
+                with contextlib.suppress(zmq.ZMQError):
+                    await self._send(Disconnect(time.time()), block=False)
+                self._close_socket(linger_ms=int(min(self.heartbeat_interval, 1.0) * 1000))
+            self._close_socket()
+            try:
+                await self._register(None)
+            except RegistrationDenied:
+                self._close_socket()
+                raise
+            self.counters["reregistrations"] += 1
+
+    async def _session(self) -> str:
+        loop = asyncio.get_running_loop()
+        end: asyncio.Future[str] = loop.create_future()
+        self._session_end = end
+        tasks = [
+            asyncio.create_task(self._read_loop(), name="catalog-node-read"),
+            asyncio.create_task(self._beat_loop(), name="catalog-node-beat"),
+        ]
+
+        def crashed(task: asyncio.Task[None]) -> None:
+            if task.cancelled() or end.done():
+                return
+            exc = task.exception()
+            if exc is not None:
+                end.set_exception(exc)
+
+        for task in tasks:
+            task.add_done_callback(crashed)
+        try:
+            return await end
+        finally:
+            self._session_end = None
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._pending is not None and not self._pending.done():
+                self._pending.set_exception(CatalogUnavailable("catalog session ended"))
+
+    def _end_session(self, reason: str) -> None:
+        if self._session_end is not None and not self._session_end.done():
+            self._session_end.set_result(reason)
+
+    async def _read_loop(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        while True:
+            cmd = self._decode(await sock.recv_multipart())
+            if cmd is not None:
+                self._on_command(cmd)
+
+    def _decode(self, frames: list[bytes]) -> DBPCommand | None:
+        try:
+            return decode(frames, self.dialect)
+        except ProtocolError as exc:
+            self.counters["malformed"] += 1
+            log.debug("dropped malformed catalog message: %s", exc)
+            return None
+
+    def _heard(self) -> None:
+        self._last_heard = time.monotonic()
+        self.counters["heartbeats_received"] += 1
+
+    def _on_command(self, cmd: DBPCommand) -> None:
+        if isinstance(cmd, Disconnect):
+            # Seed 004: "it MUST close its socket, and reconnect ... on a new socket".
+            self.counters["disconnects_received"] += 1
+            self._end_session("disconnect")
+            return
+        # "Any received command except DISCONNECT acts as a heartbeat."
+        self._heard()
+        pending = self._pending
+        if isinstance(cmd, Awk | Approved) and pending is not None and not pending.done():
+            pending.set_result(dict(cmd.config) if isinstance(cmd, Approved) else {})
+        elif isinstance(cmd, Approved):
+            self.config.update(cmd.config)  # configuration pushed by the catalog
+        elif isinstance(cmd, Denied):
+            if pending is not None and not pending.done():
+                pending.set_exception(RegistrationDenied(cmd.reasons))
+            else:
+                # DENIED is for "unregistered services": the catalog forgot this node.
+                self._end_session("denied")
+        elif not isinstance(cmd, Heartbeat):
+            self.counters["unexpected"] += 1
+
+    def _on_datagram(self, data: bytes) -> None:
+        try:
+            cmd = decode_datagram(data, self.dialect)
+        except ProtocolError:
+            self.counters["malformed"] += 1
+            return
+        if self._state is not NodeState.REGISTERED:
+            return
+        if isinstance(cmd, Heartbeat) and self._mode == "tcp" and self._udp_target is not None:
+            # The UDP path works again: back to UDP heartbeats alone.
+            self._mode = "udp"
+            self.counters["returns_to_udp"] += 1
+        self._on_command(cmd)
+
+    async def _beat_loop(self) -> None:
+        interval = self.heartbeat_interval
+        expiry = interval * self.misses
+        name = str(self.info.get("name", ""))
+        while True:
+            silent = time.monotonic() - self._last_heard
+            if silent >= expiry:
+                # "A peer MUST consider the other peer disconnected if no heartbeat
+                # arrives within some multiple of that interval."
+                self._end_session("silence")
+                return
+            if self._mode == "udp" and silent >= interval * _FALLBACK_INTERVALS:
+                # "In the event of a missing beat, heartbeats will switch over to
+                # reliable TCP connections."
+                self._mode = "tcp"
+                self.counters["fallbacks_to_tcp"] += 1
+            beat = Heartbeat(name, time.time())
+            if self._udp is not None and self._udp_target is not None:
+                # Over UDP in UDP mode, and as a probe of the UDP path in TCP mode.
+                self._udp.sendto(encode_datagram(beat, self.dialect), self._udp_target)
+                self.counters["heartbeats_udp"] += 1
+            # "Peers SHOULD NOT send HEARTBEAT commands while also sending other commands."
+            if (
+                self._mode == "tcp"
+                and time.monotonic() - self._last_tcp_sent >= interval / 2
+                and await self._send(beat, block=False)  # a full queue: skip this beat
+            ):
+                self.counters["heartbeats_tcp"] += 1
+            await asyncio.sleep(min(interval, max(expiry - silent, 0.0) + 0.001))
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def _shutdown(self, *, send_disconnect: bool) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, CatalogError):
+                await task
+        if send_disconnect and self._sock is not None and self._state is NodeState.REGISTERED:
+            with contextlib.suppress(zmq.ZMQError):
+                await self._send(Disconnect(time.time()), block=False)
+            # Linger long enough for the DISCONNECT to leave.
+            self._close_socket(linger_ms=int(min(self.heartbeat_interval, 1.0) * 1000))
+        self._close_socket()
+        if self._udp is not None:
+            self._udp.close()
+            self._udp = None
+        if self._state is not NodeState.DENIED:
+            self._set_state(NodeState.CLOSED)

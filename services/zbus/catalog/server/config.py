@@ -1,0 +1,43 @@
+"""Settings of the catalog (``ZBUS_*`` environment variables or matching flags)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from zbus.common.settings import ServiceSettings
+
+
+class CatalogSettings(ServiceSettings):
+    """The catalog: DBP port, UDP heartbeats, liveness, policy."""
+
+    port: int = Field(5246, ge=0, le=65535, description="DBP ROUTER (tcp)")
+    udp_port: int = Field(5246, ge=0, le=65535, description="UDP heartbeats")
+    heartbeat_interval: float = Field(3.0, gt=0, description="seconds between heartbeats")
+    heartbeat_misses: int = Field(3, ge=1, description="missed intervals before inactive")
+    grace: float = Field(30.0, ge=0, description="seconds an inactive node is kept")
+    beacon_port: int = Field(5245, ge=0, le=65535, description="UDP beacon port (0: no beacon)")
+    beacon_addresses: str = Field(
+        "",
+        description="comma-separated addresses the beacon is sent to (empty: 127.0.0.1 when "
+        "the catalog binds loopback, else the broadcast address 255.255.255.255)",
+    )
+    beacon_format: Literal["zbus", "shalom"] = Field(
+        "zbus", description="'shalom': Hermes' 'SHALOM <port>' beacon instead of zbus's"
+    )
+    allowed_names: str = Field(
+        "", description="comma-separated service names allowed to register (empty: any)"
+    )
+    # eventbus_endpoint (every service's setting) also turns on log aggregation here.
+    log_window: int = Field(1000, ge=1, description="recent log records kept per service")
+
+    def beacon_targets(self) -> list[str]:
+        given = [a.strip() for a in self.beacon_addresses.split(",") if a.strip()]
+        if given:
+            return given
+        return ["127.0.0.1"] if self.host.startswith("127.") else ["255.255.255.255"]
+
+    def allowed(self) -> frozenset[str] | None:
+        names = frozenset(n.strip() for n in self.allowed_names.split(",") if n.strip())
+        return names or None

@@ -1,0 +1,47 @@
+"""Clients of the event bus: batched, confirmed, idempotent publishing and exact subscriptions.
+
+:class:`EventBusClient` (blocking) and :class:`AsyncEventBusClient` (``zmq.asyncio``)
+speak zbus's extensions (ADR 0002): ``ZB-PUB`` batches on the COLLECTOR, paged
+``ZB-SNAPSHOT`` queries on the SNAPSHOT socket, and the batched STREAM. The subscription
+logic (snapshot/stream merge, gap repair, failover, reset) is the sans-I/O
+:class:`~zbus.eventbus.core.sync.SubscriptionCore`; these modules only move frames.
+
+Threads: a client's publishing methods belong to one thread at a time, and so does each
+subscription; a subscription and the publisher may live in different threads.
+
+Without ``confirm`` publishing is fire-and-forget and :meth:`close` drops whatever is
+still queued (linger 0): ask for a confirm where an event must not be lost.
+
+The parts, all re-exported here (import from this module):
+
+- :mod:`zbus.eventbus.client.common`: :class:`BusEndpoints`, :class:`PublishError`
+  and the outbox that builds ``ZB-PUB`` batches and matches their confirms;
+- :mod:`zbus.eventbus.client.base`: what both clients and their subscriptions share;
+- :mod:`zbus.eventbus.client.blocking`: :class:`EventBusClient`, :class:`Subscription`;
+- :mod:`zbus.eventbus.client.asyncio`: :class:`AsyncEventBusClient`,
+  :class:`AsyncSubscription`;
+- :mod:`zbus.eventbus.client.log_reader`: :class:`LogReader`, paged reads of a bus's log.
+"""
+
+from zbus.eventbus.client.asyncio import AsyncEventBusClient, AsyncSubscription
+from zbus.eventbus.client.blocking import EventBusClient, Subscription
+from zbus.eventbus.client.common import CHUNK_BYTES as CHUNK_BYTES
+from zbus.eventbus.client.common import CHUNK_EVENTS as CHUNK_EVENTS
+from zbus.eventbus.client.common import BusEndpoints, PublishError
+from zbus.eventbus.client.common import EndpointsArg as EndpointsArg
+from zbus.eventbus.client.common import Item as Item
+from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
+from zbus.eventbus.core.sync import Event
+
+__all__ = [
+    "AsyncEventBusClient",
+    "AsyncSubscription",
+    "BusEndpoints",
+    "Event",
+    "EventBusClient",
+    "LogPage",
+    "LogQueryError",
+    "LogReader",
+    "PublishError",
+    "Subscription",
+]

@@ -1,0 +1,282 @@
+"""What the blocking and the asyncio event bus clients share: the bases that own sockets.
+
+:class:`_Base` holds a client's endpoints, options, outbox and publishing socket;
+:class:`_SubscriptionBase` holds a subscription's sockets, counters and ready events,
+decodes what arrives and hands it to the sans-I/O
+:class:`~zbus.eventbus.core.sync.SubscriptionCore`. The I/O loops themselves (blocking or
+awaited) are in :mod:`zbus.eventbus.client.blocking` and
+:mod:`zbus.eventbus.client.asyncio`.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+import zmq
+
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.protocols.errors import ProtocolError
+from zbus.common.security import KeyPair, check_client, make_client
+from zbus.eventbus.client.common import (
+    BusEndpoints,
+    EndpointsArg,
+    Item,
+    _Outbox,
+    log,
+)
+from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionCore
+
+_READS_PER_WAKE = 32  # stream messages taken per turn, so a flood cannot starve the rest
+_ROW_TYPES = [str, str, str, str, bytes]
+_U64 = 1 << 64
+_S = TypeVar("_S", bound="zmq.Socket[Any]")
+
+
+def _endpoint_list(endpoints: EndpointsArg) -> tuple[BusEndpoints, ...]:
+    items = [endpoints] if isinstance(endpoints, BusEndpoints | str) else list(endpoints)
+    out = tuple(BusEndpoints.from_base(e) if isinstance(e, str) else e for e in items)
+    if not out:
+        raise ValueError("at least one set of bus endpoints is needed")
+    return out
+
+
+def _rows_ok(first: int, rows: list[Any]) -> bool:
+    """The shape the core trusts; decode_stream_fast leaves the rows unchecked."""
+    return (
+        type(first) is int
+        and 0 < first < _U64
+        and all(type(row) is list and list(map(type, row)) == _ROW_TYPES for row in rows)
+    )
+
+
+class _Base(Generic[_S]):
+    """What both clients share: endpoints, options, the outbox, the publishing socket.
+
+    Every socket a client or its subscriptions open comes from :meth:`_socket`, so CURVE
+    (``curve``) covers the ones re-created on failover and reconnect too.
+    """
+
+    def __init__(
+        self,
+        endpoints: EndpointsArg,
+        producer: str,
+        heartbeat_interval: float,
+        misses: int,
+        ctx: zmq.Context[_S],
+        own_ctx: bool,
+        curve: tuple[KeyPair, bytes] | None,
+    ) -> None:
+        if heartbeat_interval <= 0 or misses < 1:
+            raise ValueError("heartbeat_interval must be positive and misses at least 1")
+        self.endpoints = _endpoint_list(endpoints)
+        self.curve = check_client(curve)
+        self.heartbeat_interval = heartbeat_interval
+        self.misses = misses
+        self._outbox = _Outbox(producer)
+        self._ctx = ctx
+        self._own_ctx = own_ctx
+        self._pub: _S | None = None
+        self._pub_index = 0  # which endpoints publishing goes to
+        self._sndtimeo = -2
+        self._closed = False
+        self._subscriptions: weakref.WeakSet[_SubscriptionBase[_S]] = weakref.WeakSet()
+
+    @property
+    def producer(self) -> str:
+        return self._outbox.producer
+
+    @property
+    def malformed(self) -> int:
+        """Malformed replies received on the publishing socket (dropped)."""
+        return self._outbox.malformed
+
+    def close(self) -> None:
+        """Close the subscriptions and sockets (linger 0) and the context if it is ours."""
+        if self._closed:
+            return
+        self._closed = True
+        for sub in list(self._subscriptions):
+            sub.close()
+        self._drop_publisher()
+        if self._own_ctx:
+            self._ctx.term()
+
+    def _core(self, subtrees: Iterable[str] | str, since: int, page_limit: int) -> SubscriptionCore:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        if isinstance(subtrees, str):
+            subtrees = (subtrees,)
+        return SubscriptionCore(subtrees, since, self.heartbeat_interval, self.misses, page_limit)
+
+    def _socket(self, kind: int) -> _S:
+        """A new socket of the client's context: linger 0, a CURVE client when configured."""
+        sock = self._ctx.socket(kind)
+        sock.linger = 0
+        if self.curve is not None:
+            make_client(sock, *self.curve)
+        return sock
+
+    def _publisher(self, wait: float) -> _S:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        sock = self._pub
+        if sock is None:
+            sock = self._pub = self._socket(zmq.DEALER)
+            sock.connect(self.endpoints[self._pub_index].collector)
+            self._sndtimeo = -2
+        ms = int(wait * 1000)
+        if ms != self._sndtimeo:
+            sock.sndtimeo = self._sndtimeo = ms  # zmq.asyncio honours it for awaited sends
+        return sock
+
+    def _drop_publisher(self) -> None:
+        if self._pub is not None:
+            self._pub.close(linger=0)
+            self._pub = None
+
+    def _rotate_publisher(self) -> None:
+        """Unconfirmed: the same uuids go to the next endpoints (publishing is idempotent
+        by uuid, so an event that did reach a bus answers its old sequence there)."""
+        self._drop_publisher()
+        self._pub_index = (self._pub_index + 1) % len(self.endpoints)
+
+    @staticmethod
+    def _items(topic: str, data: Any, uuid: str | None) -> list[Item]:
+        return [(topic, data) if uuid is None else (topic, data, uuid)]
+
+
+class _SubscriptionBase(Generic[_S]):
+    """A subscription between its sockets and the user: counters, events ready, decoding."""
+
+    def __init__(
+        self, client: _Base[_S], core: SubscriptionCore, on_reset: Callable[[], None] | None
+    ) -> None:
+        self._client = client
+        self._core = core
+        self._on_reset = on_reset
+        self._index = 0  # which endpoints of the client it reads from
+        self._ready: deque[Event | None] = deque()  # None marks a reset, in order
+        self._markers = 0
+        self._closed = False
+        self.malformed = 0
+        self._stream, self._snap = self._open()
+        client._subscriptions.add(self)
+
+    # Counters; delivered counts the events handed to the user.
+    @property
+    def delivered(self) -> int:
+        return self._core.delivered - (len(self._ready) - self._markers)
+
+    @property
+    def duplicates(self) -> int:
+        return self._core.duplicates
+
+    @property
+    def repaired(self) -> int:
+        return self._core.repaired
+
+    @property
+    def failovers(self) -> int:
+        return self._core.failovers
+
+    @property
+    def resets(self) -> int:
+        return self._core.resets
+
+    @property
+    def last(self) -> int | None:
+        """The highest sequence covered so far (None before the snapshot's read point)."""
+        return self._core.last
+
+    @property
+    def endpoints(self) -> BusEndpoints:
+        """The server this subscription reads from now."""
+        return self._client.endpoints[self._index]
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._stream.close(linger=0)
+            self._snap.close(linger=0)
+
+    def _open(self) -> tuple[_S, _S]:
+        # The stream first: what it buffers meanwhile is merged with the snapshot.
+        new, ends = self._client._socket, self.endpoints
+        stream = new(zmq.SUB)
+        stream.subscribe(ext.STREAM_BATCH)
+        stream.subscribe(ext.STREAM_HEARTBEAT)
+        stream.connect(ends.stream)
+        snap = new(zmq.DEALER)
+        snap.connect(ends.snapshot)
+        return stream, snap
+
+    def _fail_over(self) -> Actions:
+        """New sockets on the next endpoints (the same ones when there is only one)."""
+        self._stream.close(linger=0)
+        self._snap.close(linger=0)
+        self._index = (self._index + 1) % len(self._client.endpoints)
+        log.warning("event bus silent: failing over", extra={"endpoint": self.endpoints.stream})
+        self._stream, self._snap = self._open()
+        return self._core.reconnect(time.monotonic())
+
+    def _pop(self) -> Event | None:
+        """The next ready event, running the reset callback where a reset sits."""
+        ready = self._ready
+        while ready:
+            item = ready.popleft()
+            if item is not None:
+                return item
+            self._markers -= 1
+            if self._on_reset is not None:
+                self._on_reset()
+        return None
+
+    def _stream_actions(self, frames: list[bytes], now: float) -> Actions:
+        try:
+            decoded = ext.decode_stream_fast(frames)
+            if type(decoded) is int:
+                return self._core.on_heartbeat(decoded, now)
+            assert isinstance(decoded, tuple)
+            first, rows = decoded
+            if not _rows_ok(first, rows):
+                ext.decode_stream(frames)  # raises the error that says what is wrong
+                raise ProtocolError(ext.PROTOCOL, "a stream batch", command="B")
+        except ProtocolError as exc:
+            self._malformed("stream", exc)
+            return NOTHING
+        return self._core.on_batch(first, rows, now)
+
+    def _reply_actions(self, frames: list[bytes], now: float) -> Actions:
+        try:
+            reply = ext.decode_snapshot_reply_fast(frames)
+        except ProtocolError as exc:
+            # Left unanswered, the query times out and the subscription fails over.
+            self._malformed("snapshot", exc)
+            return NOTHING
+        if isinstance(reply, ext.Error):
+            log.warning(
+                "the bus refused a snapshot query",
+                extra={"reason": reply.reason, "endpoint": self.endpoints.snapshot},
+            )
+            return self._core.fail()
+        return self._core.on_page(reply, now)
+
+    def _malformed(self, socket: str, exc: ProtocolError) -> None:
+        self.malformed += 1
+        log.warning("malformed message dropped", extra={"socket": socket, "error": str(exc)})
+
+    def _queue(self, actions: Actions) -> None:
+        if actions.reset:
+            self._ready.append(None)
+            self._markers += 1
+            log.warning("event bus history changed: subscription reset")
+        if actions.events:
+            self._ready.extend(actions.events)
+
+    def _wait_ms(self, deadline: float | None, now: float) -> int:
+        ends = [d for d in (deadline, self._core.deadline()) if d is not None]
+        return -1 if not ends else max(0, int((min(ends) - now) * 1000) + 1)

@@ -1,0 +1,81 @@
+"""Settings of the event bus (``ZBUS_*`` environment variables or matching flags)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from zbus.common.settings import ServiceSettings
+
+
+class EventBusSettings(ServiceSettings):
+    """The event bus: ports P..P+3, dialect, durability, retention, flow control."""
+
+    port: int = Field(
+        5556,
+        ge=0,
+        le=65532,
+        description="SNAPSHOT port P; PUBLISHER is P+1, COLLECTOR P+2, "
+        "STREAM P+3 unless set (0: every port chosen freely)",
+    )
+    publisher_port: int | None = Field(None, ge=0, le=65535)
+    collector_port: int | None = Field(None, ge=0, le=65535)
+    stream_port: int | None = Field(None, ge=0, le=65535)
+    compat: Literal["spec", "node"] = Field(
+        "spec",
+        description="wire dialect of the spec ports: 'node' serves clients of the Node.js "
+        "reference implementation (ASCII sequences, ',' subtree lists, no HUGZ)",
+    )
+    heartbeat_interval: float = Field(1.0, gt=0, description="seconds of silence before HUGZ")
+    batch_max: int = Field(4096, ge=1, description="events committed per group commit, at most")
+    max_batch_events: int = Field(10_000, ge=1, description="events in one ZB-PUB, at most")
+    max_message_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="larger messages are refused by ZeroMQ"
+    )
+    fsync: bool = Field(False, description="fsync every commit (survives power loss, slower)")
+    publisher_hwm: int = Field(
+        100_000, ge=1, description="messages queued per spec subscriber before dropping"
+    )
+    stream_hwm: int = Field(10_000, ge=1, description="batches queued per stream subscriber")
+    retention_max_age: float | None = Field(
+        None, gt=0, description="delete events older than this many seconds (latest per topic kept)"
+    )
+    retention_max_events: int | None = Field(
+        None, ge=1, description="keep at most this many events (latest per topic kept)"
+    )
+    retention_interval: float = Field(60.0, gt=0, description="seconds between retention runs")
+    archive: bool = Field(True, description="copy the log into Parquet files (docs/archive.md)")
+    archive_path: str = Field(
+        "",
+        description="archive directory, or any URI pyarrow.fs opens (s3://, hdfs://, ...); "
+        "empty: <data_dir>/archive",
+    )
+    archive_interval: float = Field(10.0, gt=0, description="seconds between archive flushes")
+    archive_batch: int = Field(
+        100_000,
+        ge=1,
+        description="flush early once this many events wait; at most this many per flush",
+    )
+
+    @model_validator(mode="after")
+    def _derive_ports(self) -> EventBusSettings:
+        base = self.port
+        for offset, name in ((1, "publisher_port"), (2, "collector_port"), (3, "stream_port")):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, base + offset if base else 0)
+        return self
+
+    def archive_uri(self) -> str | None:
+        """Where the archive goes (a local path or a URI), or None when it is off."""
+        if not self.archive:
+            return None
+        return self.archive_path or str(self.data_dir / "archive")
+
+    def ports(self) -> dict[str, int]:
+        return {
+            "snapshot": self.port,
+            "publisher": self.publisher_port or 0,
+            "collector": self.collector_port or 0,
+            "stream": self.stream_port or 0,
+        }

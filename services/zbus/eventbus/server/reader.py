@@ -1,0 +1,218 @@
+"""The event log's read side: :class:`SqliteLogReader` and the queries it runs.
+
+Apart from the writer (:mod:`zbus.eventbus.server.store`) because a reader is a
+connection of its own that never writes, used from other threads (snapshots, the admin
+API) and from the archive's child process, which needs no writer code. What only reads
+use lives here with it: topic prefixes turned into index ranges, rows decoded into
+:class:`~zbus.eventbus.server.records.Event`. The schema is the writer's (see its module
+docstring).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import weakref
+from collections.abc import Generator, Iterator, Sequence
+from pathlib import Path
+from typing import cast
+
+from zbus.common.sqlite import StoreError, connect
+from zbus.eventbus.server.records import Event, LogStats, Page, TopicStat, _make
+
+# How errors name the file; the writer says the same.
+_WHAT = "event log"
+_COLUMNS = "e.seq, e.topic, e.producer, e.ts, e.uuid, e.data"
+# The latest event of each topic: a range of the topic index, then one lookup per topic.
+_LATEST = f"SELECT {_COLUMNS} FROM topics AS t CROSS JOIN events AS e ON e.seq = t.last_seq"
+
+
+def _event(row: tuple[int, str, str, str, bytes, bytes]) -> Event:
+    seq, topic, producer, ts, raw, data = row
+    h = raw.hex()
+    return _make(
+        seq, topic, producer, ts, f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", data
+    )
+
+
+def _successor(prefix: str) -> str | None:
+    """The smallest string above every string starting with ``prefix`` (None: no bound).
+
+    SQLite compares TEXT as UTF-8 bytes, which orders like code points, as Python does.
+    """
+    stem = prefix.rstrip("\U0010ffff")
+    if not stem:
+        return None
+    nxt = ord(stem[-1]) + 1
+    if nxt == 0xD800:  # surrogates cannot be stored, so no topic lies between
+        nxt = 0xE000
+    return stem[:-1] + chr(nxt)
+
+
+def _ranges(subtrees: Sequence[str]) -> list[tuple[str, str | None]]:
+    """Disjoint, sorted topic ranges ``[prefix, successor)`` covering the subtrees."""
+    if not subtrees or "" in subtrees:
+        return [("", None)]
+    out: list[tuple[str, str | None]] = []
+    for prefix in sorted(set(subtrees)):
+        # In sorted order a prefix comes before everything it covers.
+        if out and prefix.startswith(out[-1][0]):
+            continue
+        out.append((prefix, _successor(prefix)))
+    return out
+
+
+def _range_sql(
+    column: str, ranges: list[tuple[str, str | None]], after: str | None = None
+) -> tuple[str, list[object]]:
+    """An SQL condition for ``column`` in any of the ranges and above the cursor ``after``.
+
+    The cursor replaces a range's lower bound rather than being one more condition, so
+    that a deep page starts with one seek instead of walking the range from its start.
+    """
+    terms: list[str] = []
+    params: list[object] = []
+    for lo, hi in ranges:
+        if after is not None and after >= lo:
+            if hi is not None and after >= hi:
+                continue  # the whole range is before the cursor
+            term, bound = f"{column} > ?", after
+        else:
+            term, bound = f"{column} >= ?", lo
+        params.append(bound)
+        if hi is not None:
+            term = f"({term} AND {column} < ?)"
+            params.append(hi)
+        terms.append(term)
+    return ("(" + " OR ".join(terms) + ")" if terms else "0"), params
+
+
+#: The largest sequence SQLite stores. The wire allows 64 unsigned bits, so a query's
+#: bound above this is clamped (no stored event is beyond it) rather than overflowing.
+MAX_STORED_SEQ = 2**63 - 1
+
+
+def _bound(seq: int) -> int:
+    return seq if seq <= MAX_STORED_SEQ else MAX_STORED_SEQ
+
+
+def _max_seq(conn: sqlite3.Connection) -> int:
+    return cast(int, conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+
+
+class SqliteLogReader:
+    """A read-only view with its own connection. One thread at a time; readers of
+    different threads never block each other or the writer (WAL snapshots)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn = connect(path, 16_384, create=False, what=_WHAT)
+        self._conn.execute("PRAGMA query_only = ON")
+        self._stream_ref: weakref.ref[Iterator[int | Event]] | None = None
+
+    def _begin(self) -> None:
+        if self._conn.in_transaction:
+            raise StoreError("this reader still has a snapshot stream open; finish or close it")
+        self._conn.execute("BEGIN")
+
+    def _latest(
+        self, lo: str, hi: str | None, after: str | None, since: int, limit: int | None = None
+    ) -> Iterator[Event]:
+        # One query per range: each is an ordered walk of the topic index, and the ranges
+        # are disjoint and sorted, so the results come out in topic order.
+        where, params = _range_sql("t.topic", [(lo, hi)], after)
+        sql = f"{_LATEST} WHERE {where} AND t.last_seq > ? ORDER BY t.topic"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return map(_event, self._conn.execute(sql, [*params, _bound(since)]))
+
+    def snapshot_page(
+        self, subtrees: tuple[str, ...], since: int, after: str | None, limit: int
+    ) -> Page:
+        """Up to ``limit`` latest events per matching topic with seq > since, by topic."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        events: list[Event] = []
+        self._begin()
+        try:
+            sequence = _max_seq(self._conn)
+            for lo, hi in _ranges(subtrees):
+                # One extra row tells whether another page follows.
+                events += self._latest(lo, hi, after, since, limit + 1 - len(events))
+                if len(events) > limit:
+                    break
+        finally:
+            self._conn.execute("COMMIT")
+        if len(events) > limit:
+            del events[limit:]
+            return Page(events, events[-1].topic, sequence)
+        return Page(events, None, sequence)
+
+    def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
+        """The read point's sequence and every matching latest event, in one read
+        transaction. The stream must be consumed or closed before this reader's next call;
+        dropping it ends the transaction."""
+        stream = self._stream(_ranges(subtrees), since)
+        sequence = cast(int, next(stream))
+        self._stream_ref = weakref.ref(stream)
+        return sequence, cast(Iterator[Event], stream)
+
+    def _stream(self, ranges: list[tuple[str, str | None]], since: int) -> Iterator[int | Event]:
+        self._begin()
+        try:
+            yield _max_seq(self._conn)
+            for lo, hi in ranges:
+                yield from self._latest(lo, hi, None, since)
+        finally:
+            self._conn.execute("COMMIT")
+
+    def replay(self, subtrees: tuple[str, ...], after_seq: int, limit: int) -> list[Event]:
+        """Logged events (not only the latest) with seq > after_seq, in sequence order."""
+        where, params = _range_sql("e.topic", _ranges(subtrees))
+        cur = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where}"
+            " ORDER BY e.seq LIMIT ?",
+            [_bound(after_seq), *params, limit],
+        )
+        return list(map(_event, cur))
+
+    def recent(self, prefix: str, limit: int) -> list[Event]:
+        """The newest events whose topic starts with ``prefix``, newest first. Reads the
+        log backwards from its end, so a rare prefix costs a longer walk."""
+        where, params = _range_sql("e.topic", _ranges((prefix,)))
+        cur = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM events AS e WHERE {where} ORDER BY e.seq DESC LIMIT ?",
+            [*params, limit],
+        )
+        return list(map(_event, cur))
+
+    def topics(self, prefix: str, limit: int, after: str | None = None) -> list[TopicStat]:
+        """Topics starting with ``prefix`` in order, from after the topic ``after``."""
+        where, params = _range_sql("topic", _ranges((prefix,)), after)
+        cur = self._conn.execute(
+            f"SELECT topic, count, bytes, last_seq FROM topics WHERE {where}"
+            " ORDER BY topic LIMIT ?",
+            [*params, limit],
+        )
+        return [TopicStat(*row) for row in cur]
+
+    def stats(self) -> LogStats:
+        self._begin()
+        try:
+            first = self._conn.execute("SELECT coalesce(min(seq), 0) FROM events").fetchone()[0]
+            last = _max_seq(self._conn)
+            events = self._conn.execute("SELECT value FROM meta WHERE key = 'events'").fetchone()
+            topics = self._conn.execute("SELECT count(*) FROM topics").fetchone()[0]
+        finally:
+            self._conn.execute("COMMIT")
+        size = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                size += Path(f"{self.path}{suffix}").stat().st_size
+        return LogStats(first, last, events[0], topics, size)
+
+    def close(self) -> None:
+        stream = self._stream_ref() if self._stream_ref is not None else None
+        if stream is not None:
+            cast(Generator[object, None, None], stream).close()  # ends its transaction
+        self._conn.close()

@@ -1,0 +1,372 @@
+"""The service base: one asyncio loop running the ZeroMQ tasks and the admin API.
+
+A service subclasses :class:`Service` and fills in the hooks:
+
+- :meth:`Service.start` binds its sockets (through :meth:`Service.bind`) and opens storage;
+- :meth:`Service.background` returns the long-running coroutines (socket readers, timers);
+- :meth:`Service.drain` flushes what is pending once the service stops accepting work;
+- :meth:`Service.close` releases storage;
+- :meth:`Service.add_routes` adds its admin routes.
+
+Shutdown (SIGTERM, SIGINT or :meth:`Service.request_stop`): readiness goes false, the
+background tasks are cancelled (no new work is taken), :meth:`drain` runs, then sockets
+close with linger 0, the context terminates and the admin server stops; all of it inside
+``shutdown_timeout`` seconds, after which whatever is left is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Coroutine, Generator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import uvicorn
+import zmq
+import zmq.asyncio
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, Gauge, Info, ProcessCollector
+
+from zbus.common.clock import Clock, SystemClock
+from zbus.common.logs import configure_logging
+from zbus.common.security import (
+    OPEN_DOMAIN,
+    KeyPair,
+    ZapAllowList,
+    client_keys,
+    load_keys,
+    make_server,
+)
+from zbus.common.settings import ConfigError, ServiceSettings
+from zbus.common.version import __version__
+from zbus.runtime.admin import create_admin_app
+from zbus.runtime.logship import install_log_shipping
+from zbus.runtime.registration import CatalogRegistration
+
+log = logging.getLogger(__name__)
+
+
+class _AdminServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the service owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class Service:
+    """Base of every zbus service process."""
+
+    name: ClassVar[str] = "service"
+
+    def __init__(self, settings: ServiceSettings, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.registry = CollectorRegistry()
+        self.ctx: zmq.asyncio.Context = zmq.asyncio.Context()
+        self.endpoints: dict[str, str] = {}
+        self.admin_url: str | None = None
+        self.started_at = self.clock.time()
+        self._started_mono = self.clock.monotonic()
+        self._sockets: list[zmq.Socket[Any]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop = asyncio.Event()
+        self._ready = False
+        self._keys: KeyPair | None = None
+        self._zap: ZapAllowList | None = None
+        self._admin: _AdminServer | None = None
+        self._admin_task: asyncio.Task[None] | None = None
+        self._registration: CatalogRegistration | None = None
+        self._registration_task: asyncio.Task[None] | None = None
+        self.admin_app: FastAPI = create_admin_app(self)
+        ProcessCollector(registry=self.registry)
+        Info("zbus_service", "The service and its version", registry=self.registry).info(
+            {"service": self.name, "version": __version__}
+        )
+        Gauge(
+            "zbus_service_uptime_seconds",
+            "Seconds since the service started",
+            registry=self.registry,
+        ).set_function(self.uptime)
+
+    # ----------------------------------------------------------------- hooks
+    async def start(self) -> None:
+        """Bind sockets and open storage."""
+
+    def background(self) -> Sequence[Coroutine[Any, Any, None]]:
+        """The long-running coroutines of the service (readers, timers)."""
+        return ()
+
+    async def drain(self) -> None:
+        """Flush what is pending; runs after the background tasks were stopped."""
+
+    async def close(self) -> None:
+        """Release storage; runs after :meth:`drain`, before the sockets close."""
+
+    def add_routes(self, app: FastAPI) -> None:
+        """Add the service's own admin routes."""
+
+    def checks(self) -> dict[str, bool]:
+        """Extra readiness checks of the service (name -> passing)."""
+        return {}
+
+    # --------------------------------------------------------------- helpers
+    def uptime(self) -> float:
+        return self.clock.monotonic() - self._started_mono
+
+    def readiness(self) -> dict[str, bool]:
+        checks = {"started": self._ready, **self.checks()}
+        if self._registration is not None:
+            checks["catalog"] = self._registration.registered
+        return checks
+
+    def _register(self) -> None:
+        """Register with the catalog when one is configured (the catalog itself does not)."""
+        endpoint = self.settings.catalog_endpoint
+        if not endpoint or self.name == "catalog":
+            return
+        self._registration = CatalogRegistration(self, endpoint)
+        self._registration_task = asyncio.create_task(self._keep_registered())
+
+    async def _keep_registered(self) -> None:
+        assert self._registration is not None
+        try:
+            await self._registration.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # e.g. denied by policy: stay up, unready, and say why
+            log.error("catalog registration failed", extra={"error": str(exc)})
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": __version__,
+            "uptime_seconds": round(self.uptime(), 3),
+            "started_at": self.started_at,
+            "endpoints": {**self.endpoints, "admin": self.admin_url},
+        }
+
+    def bind(
+        self, kind: int, name: str, port: int, *, open_zap: bool = False
+    ) -> zmq.asyncio.Socket:
+        """A new asyncio socket bound to ``tcp://host:port`` (CURVE when configured).
+
+        ``port=0`` binds any free port; the endpoint really bound is recorded in
+        :attr:`endpoints` under ``name``. With ``open_zap`` the ZAP handler admits any
+        CURVE key on this socket, and the service checks the peer's key itself.
+        """
+        sock = self.ctx.socket(kind)
+        self.secure(sock)
+        if open_zap:
+            sock.zap_domain = OPEN_DOMAIN.encode()
+        self._sockets.append(sock)
+        sock.bind(f"tcp://{self.settings.host}:{port}")
+        self.endpoints[name] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        return sock
+
+    def own(self, sock: zmq.Socket[Any]) -> None:
+        """Close ``sock`` with the service's own sockets at shutdown."""
+        self._sockets.append(sock)
+
+    @property
+    def curve_keys(self) -> KeyPair | None:
+        """This service's CURVE key pair (``curve_secret_key``), once started."""
+        return self._keys
+
+    def curve_client(self, server_key: Path | None) -> tuple[KeyPair, bytes] | None:
+        """``(this service's key pair, the server's public key)`` for a client socket of
+        this service to a CURVE server whose public key file is ``server_key``; None when
+        either is not configured."""
+        if server_key is None or self._keys is None:
+            return None
+        return self._keys, load_keys(server_key).public
+
+    @property
+    def allowed_client_keys(self) -> frozenset[bytes] | None:
+        """The CURVE client keys of the ZAP allow-list, or None when there is none."""
+        return None if self._zap is None else self._zap.keys
+
+    def secure(self, sock: zmq.Socket[Any]) -> None:
+        """Make ``sock`` a CURVE server when the service has a key configured."""
+        if self._keys is not None:
+            make_server(sock, self._keys)
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (safe to call more than once, from the loop)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # --------------------------------------------------------------- running
+    async def run(self) -> None:
+        """Run until stopped; returns once everything is closed."""
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                handled.append(sig)
+        try:
+            await self._start_all()
+            log.info("service ready", extra={"endpoints": self.info()["endpoints"]})
+            self._register()
+            await self._stop.wait()
+        finally:
+            await self._shutdown()
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("signal received, shutting down", extra={"signal": sig.name})
+        self.request_stop()
+
+    async def _start_all(self) -> None:
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.settings.curve_secret_key is not None:
+            self._keys = load_keys(self.settings.curve_secret_key)
+            if self.settings.curve_allowed_clients is not None:
+                self._zap = ZapAllowList(
+                    zmq.Context.shadow(self.ctx), self.settings.curve_allowed_clients
+                )
+                self._zap.start()
+        elif self.settings.curve_allowed_clients is not None:
+            raise ConfigError("curve_allowed_clients needs curve_secret_key as well")
+        for name in ("catalog_public_key", "eventbus_public_key", "broker_public_key"):
+            if getattr(self.settings, name) is not None and self._keys is None:
+                raise ConfigError(f"{name} needs curve_secret_key as well")
+        await self.start()
+        await self._start_admin()
+        self._tasks = [asyncio.create_task(self._guard(c)) for c in self.background()]
+        self._ready = True
+
+    async def _guard(self, coro: Coroutine[Any, Any, None]) -> None:
+        """A background task that fails stops the service instead of dying unseen."""
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background task failed; stopping the service")
+            self.request_stop()
+
+    async def _start_admin(self) -> None:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.settings.host, self.settings.admin_port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"cannot bind admin port {self.settings.host}:{self.settings.admin_port}: {exc}"
+            ) from None
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        self.admin_url = f"http://{shown}:{port}"
+        config = uvicorn.Config(
+            self.admin_app,
+            log_config=None,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+            access_log=False,
+        )
+        self._admin = _AdminServer(config)
+        self._admin_task = asyncio.create_task(self._admin.serve(sockets=[sock]))
+        while not self._admin.started:
+            if self._admin_task.done():
+                await self._admin_task
+                raise ConfigError("admin server stopped during start-up")
+            await asyncio.sleep(0.005)
+
+    async def _shutdown(self) -> None:
+        self._ready = False
+        self._stop.set()
+        if self._registration is not None and self._registration_task is not None:
+            await self._registration.stop()  # DISCONNECT: the catalog forgets us now
+            self._registration_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._registration_task
+        try:
+            async with asyncio.timeout(self.settings.shutdown_timeout):
+                await self._stop_tasks()
+                await self.drain()
+                await self.close()
+        except TimeoutError:
+            log.error(
+                "graceful shutdown exceeded its deadline; forcing",
+                extra={"deadline_seconds": self.settings.shutdown_timeout},
+            )
+        except Exception:
+            log.exception("error during shutdown; forcing")
+        await self._stop_tasks()
+        for sock in self._sockets:
+            sock.close(linger=0)
+        self._sockets.clear()
+        if self._zap is not None:
+            self._zap.stop()
+        self.ctx.term()
+        await self._stop_admin()
+        log.info("service stopped")
+
+    async def _stop_tasks(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _stop_admin(self) -> None:
+        if self._admin is None or self._admin_task is None:
+            return
+        self._admin.should_exit = True
+        try:
+            async with asyncio.timeout(2):
+                await self._admin_task
+        except TimeoutError:
+            self._admin.force_exit = True
+            self._admin_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._admin_task
+
+
+def main(service_class: type[Service], settings_class: type[ServiceSettings]) -> None:
+    """Entry point of ``python -m zbus.<name>``: settings, logging, run."""
+    run(service_class, settings_class, sys.argv[1:])
+
+
+def run(
+    service_class: type[Service], settings_class: type[ServiceSettings], argv: Sequence[str]
+) -> None:
+    try:
+        settings = settings_class.load(argv)
+    except ConfigError as exc:
+        print(f"zbus {service_class.name}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    configure_logging(service_class.name, settings.log_level)
+    shipper = None
+    try:
+        if settings.eventbus_endpoint:
+            shipper = install_log_shipping(
+                service_class.name, settings.eventbus_endpoint, curve=_log_shipping_curve(settings)
+            )
+        asyncio.run(service_class(settings).run())
+    except ConfigError as exc:
+        log.error("cannot start", extra={"error": str(exc)})
+        raise SystemExit(2) from None
+    finally:
+        if shipper is not None:
+            shipper.close()
+
+
+def _log_shipping_curve(settings: ServiceSettings) -> tuple[KeyPair, bytes] | None:
+    """What :meth:`Service.curve_client` gives for the bus, read before the service runs:
+    log shipping starts first, so that the service's own start is shipped too."""
+    if settings.eventbus_public_key is None or settings.curve_secret_key is None:
+        return None  # a public key alone: the service refuses to start and says why
+    return client_keys(settings.curve_secret_key, settings.eventbus_public_key, "curve_secret_key")
