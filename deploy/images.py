@@ -2,6 +2,8 @@
 
     python deploy/images.py [--tag TAG] [--base IMAGE] [--only app,spark,prometheus]
 
+TAG is the project's version unless given (docker-compose.yml runs that one).
+
 1. The base image, ``zbus-base:bookworm``: Debian bookworm with Python 3.11, made by
    mmdebstrap from the Debian mirror this host's apt uses (read from apt at run time),
    then ``docker import``-ed. Kept while it exists with the same recipe; its root tarball
@@ -360,7 +362,10 @@ def build_image(key: str, tag: str, base: str, wheels: Path | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="images.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--tag", default="latest", help="the images' tag (default: latest)")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    parser.add_argument(
+        "--tag", default=version, help=f"the images' tag (default: the version, {version})"
+    )
     parser.add_argument(
         "--base", default=None, help="an existing base image instead of zbus-base:bookworm"
     )
