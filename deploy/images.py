@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -80,16 +81,33 @@ def say(text: str) -> None:
     print(f"images: {text}", flush=True)
 
 
-def run(*cmd: str, capture: bool = False) -> str:
-    """Run ``cmd``; its output goes to ours unless captured. Fails with the command."""
+def run(*cmd: str, capture: bool = False, log: Path | None = None) -> str:
+    """Run ``cmd``; its output goes to ours, or to ``log``, unless captured. Fails with
+    the command (and the end of its log)."""
+    out = None
     try:
-        done = subprocess.run(
-            cmd, check=False, text=True, stdout=subprocess.PIPE if capture else None
-        )
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            out = log.open("w")
+        try:
+            done = subprocess.run(
+                cmd,
+                check=False,
+                text=True,
+                stdout=subprocess.PIPE if capture else out,
+                stderr=out,
+            )
+        finally:
+            if out is not None:
+                out.close()
     except FileNotFoundError:
         raise BuildError(f"{cmd[0]} is not installed") from None
     if done.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} failed with exit code {done.returncode}")
+        tail = ""
+        if log is not None:
+            lines = log.read_text(errors="replace").splitlines()[-30:]
+            tail = f"; the end of {log.relative_to(ROOT)}:\n" + "\n".join(lines)
+        raise BuildError(f"{' '.join(cmd)} failed with exit code {done.returncode}{tail}")
     return done.stdout or ""
 
 
@@ -340,7 +358,8 @@ def build_image(key: str, tag: str, base: str, wheels: Path | None) -> str:
     image = f"{name}:{tag}"
     files = wheels_for(wheels, extras) if wheels is not None and extras is not None else []
     context = stage_context(key, files)
-    say(f"building {image} on {base}")
+    log = CACHE / "logs" / f"{key}.log"
+    say(f"building {image} on {base} (log: {log.relative_to(ROOT)})")
     started = time.monotonic()
     old = image_id(image)
     run(
@@ -353,6 +372,7 @@ def build_image(key: str, tag: str, base: str, wheels: Path | None) -> str:
         "--tag",
         image,
         str(context),
+        log=log,
     )
     drop_replaced(old, image)
     size = int(run("docker", "image", "inspect", "--format", "{{.Size}}", image, capture=True))
@@ -393,8 +413,22 @@ def main(argv: list[str] | None = None) -> int:
         # One wheelhouse for every image, so that building some of them reuses it.
         extras = tuple(sorted({e for k in IMAGES for e in (IMAGES[k][2] or ())}))
         needs_wheels = any(IMAGES[k][2] is not None for k in chosen)
-        wheels = build_wheelhouse(extras) if needs_wheels else None
-        built = [build_image(key, args.tag, base, wheels) for key in chosen]
+        # The builds run side by side: much of each is waiting on the storage driver. The
+        # images without wheels start before the wheelhouse is made.
+        with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
+            builds = {
+                key: pool.submit(build_image, key, args.tag, base, None)
+                for key in chosen
+                if IMAGES[key][2] is None
+            }
+            wheels = build_wheelhouse(extras) if needs_wheels else None
+            for key in chosen:
+                if key not in builds:
+                    builds[key] = pool.submit(build_image, key, args.tag, base, wheels)
+            failures = [str(e) for f in builds.values() if (e := f.exception()) is not None]
+        if failures:
+            raise BuildError("\n".join(failures))
+        built = [builds[key].result() for key in chosen]
     except BuildError as exc:
         print(f"images: {exc}", file=sys.stderr)
         return 1
