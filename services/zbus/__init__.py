@@ -28,9 +28,11 @@ from zbus.catalog.client.discovery import BeaconSender, CatalogNotFound, discove
 from zbus.catalog.client.node import (
     CatalogError,
     CatalogNode,
+    CatalogReplyError,
     CatalogUnavailable,
     NodeState,
     RegistrationDenied,
+    ServiceInfo,
 )
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.security import KeyPair, client_keys, generate_keys, load_keys
@@ -62,6 +64,7 @@ __all__ = [
     "CatalogError",
     "CatalogNode",
     "CatalogNotFound",
+    "CatalogReplyError",
     "CatalogUnavailable",
     "ConfigError",
     "Event",
@@ -76,6 +79,7 @@ __all__ = [
     "ProtocolError",
     "PublishError",
     "RegistrationDenied",
+    "ServiceInfo",
     "Subscription",
     "UnknownJobError",
     "Worker",

@@ -58,7 +58,9 @@ async def _services(catalog: CatalogService) -> dict[str, Any]:
 
 
 async def test_a_node_registers_heartbeats_over_udp_and_leaves(tmp_path: Path) -> None:
-    async with running_catalog(tmp_path, heartbeat_interval=0.1) as catalog:
+    # 30 misses (3 s): a loop stalled on a busy machine must not make the node inactive,
+    # which would let the twin below take its name.
+    async with running_catalog(tmp_path, heartbeat_interval=0.1, heartbeat_misses=30) as catalog:
         node = CatalogNode(catalog.endpoints["dbp"], _info("svc-a"), heartbeat_interval=0.1)
         await node.start()
         try:
@@ -249,8 +251,30 @@ async def test_the_catalog_is_found_by_its_beacon(tmp_path: Path) -> None:
     async with running_catalog(tmp_path, beacon_port=beacon_port) as catalog:
         found = await discover(5 * UNIT, port=beacon_port, bind="127.0.0.1")
         assert found == catalog.endpoints["dbp"]
+        # The metric counts the beacons as they go out, not when the registry is written
+        # (nothing registers here).
         sent = catalog.registry.get_sample_value("zbus_catalog_beacons_sent_total")
-        assert sent is not None
+        assert sent is not None and sent >= 1
+        assert catalog.registry.get_sample_value("zbus_catalog_beacon_errors_total") == 0
+
+
+async def test_beacons_the_network_refuses_are_counted_as_errors(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        beacon_port = probe.getsockname()[1]
+    # An IPv6 destination for the IPv4 beacon socket: refused at once, nothing leaves.
+    async with running_catalog(
+        tmp_path, beacon_port=beacon_port, beacon_addresses="127.0.0.1,::1"
+    ) as catalog:
+
+        def counted() -> bool:
+            errors = catalog.registry.get_sample_value("zbus_catalog_beacon_errors_total")
+            sent = catalog.registry.get_sample_value("zbus_catalog_beacons_sent_total")
+            return bool(errors and sent and errors >= 1 and sent >= 1)
+
+        await async_wait_for(lambda: asyncio.sleep(0, counted()), what="a beacon error")
 
 
 async def test_deregister_from_the_admin_api_makes_the_node_register_again(

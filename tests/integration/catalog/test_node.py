@@ -236,7 +236,8 @@ async def test_update_waits_for_awk_or_approved(catalog: FakeCatalog) -> None:
     identity = await register(catalog, node)
     pending = asyncio.create_task(node.update({"port": 47292}))
     _, cmd = await catalog.recv_command(Update)
-    assert cmd == Update({"port": 47292}, cmd.time, cmd.time_encoding)
+    # The node names itself in every UPDATE (Hermes's broker finds the node by it).
+    assert cmd == Update({"name": "resizer", "port": 47292}, cmd.time, cmd.time_encoding)
     await catalog.send(identity, Awk(1.0))
     assert await pending == {}
     assert node.info["port"] == 47292

@@ -104,7 +104,7 @@ def test_registration_is_approved_with_instructions_and_stored() -> None:
         (info(name=""), "malformed: name"),
         ({**info(), "name": 7}, "malformed: name"),
         ({"name": "x", "ip": "1.2.3.4"}, "malformed: missing port, function, heartbeat_interval"),
-        (info(port="80"), "malformed: port"),
+        (info(port="80 "), "malformed: port"),  # "80" is accepted: a port in decimal text
         (info(port=70000), "malformed: port"),
         (info(heartbeat_interval=0), "malformed: heartbeat_interval"),
         ({"name": "x", "interfaces": []}, "malformed: interfaces"),

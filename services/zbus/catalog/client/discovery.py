@@ -99,6 +99,7 @@ class BeaconSender:
         self.tcp_port = tcp_port
         #: ``sent``: datagrams sent; ``errors``: sends the network refused.
         self.counters: dict[str, int] = {"sent": 0, "errors": 0}
+        self._refused: set[str] = set()
         self.payload = self._payload(tcp_port)
         self._sock: socket.socket | None = None
         self._task: asyncio.Task[None] | None = None
@@ -137,9 +138,12 @@ class BeaconSender:
             try:
                 self._sock.sendto(payload, (address, self.beacon_port))
             except OSError as exc:
-                # No route for broadcast, a full buffer: the next beacon tries again.
+                # No route for broadcast, a full buffer: the next beacon tries again. The
+                # first refusal of each address is a warning, the rest are counted.
                 self.counters["errors"] += 1
-                log.debug("beacon to %s not sent: %s", address, exc)
+                level = logging.DEBUG if address in self._refused else logging.WARNING
+                self._refused.add(address)
+                log.log(level, "beacon to %s:%s not sent: %s", address, self.beacon_port, exc)
             else:
                 self.counters["sent"] += 1
 

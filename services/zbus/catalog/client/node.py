@@ -17,10 +17,17 @@
 - "Heartbeating": any received command except DISCONNECT is a heartbeat. After
   ``heartbeat_interval * misses`` of silence the catalog is "disconnected" and the node
   "SHOULD restart a new conversation".
+- In Hermes's dialect (``dialect=HERMES``) the catalog's silence means nothing: Hermes's
+  broker never sends a heartbeat and answers ``<3`` with an error. The node sends no
+  TCP heartbeats, only UDP ones where APPROVED names a UDP port (a zbus catalog does),
+  and its session ends only by DISCONNECT or DENIED.
 - "When the service node receives DISCONNECT ... it MUST close its socket, and
   reconnect to the broker on a new socket": the node does that (over TCP or UDP) and
   registers again, counting ``reregistrations``.
-- :meth:`CatalogNode.update` sends UPDATE and waits for AWK (Hermes) or APPROVED.
+- :meth:`CatalogNode.update` sends UPDATE, with the node's ``name`` in the body (a
+  Hermes broker finds the node by it), and waits for AWK or APPROVED.
+- :meth:`CatalogNode.service` and :meth:`CatalogNode.services` send info REQUESTs, in
+  the node's dialect (:mod:`zbus.catalog.client.info`).
 - :meth:`CatalogNode.deregister` sends DISCONNECT ("The service node MAY send
   DISCONNECT at any time") and closes the socket.
 
@@ -55,13 +62,20 @@ import zmq.asyncio
 from zbus.catalog.client.base import (
     _COUNTERS,
     CatalogError,
+    CatalogReplyError,
     CatalogUnavailable,
     NodeState,
     RegistrationDenied,
     _udp_target,
+    catalog_silence,
+    is_hermes,
+    read_instructions,
 )
 from zbus.catalog.client.base import UDP_HEARTBEAT_KEY as UDP_HEARTBEAT_KEY  # re-exported
+from zbus.catalog.client.info import InfoRequests, ServiceInfo
 from zbus.common.protocols.dbp import (
+    HEARTBEAT_INTERVAL_RANGE,
+    HEARTBEAT_MISSES_RANGE,
     SPEC,
     Approved,
     Awk,
@@ -85,18 +99,17 @@ __all__ = [
     "DEFAULT_ENDPOINT",
     "CatalogError",
     "CatalogNode",
+    "CatalogReplyError",
     "CatalogUnavailable",
     "NodeState",
     "RegistrationDenied",
+    "ServiceInfo",
 ]
 
 log = logging.getLogger(__name__)
 
 #: The catalog's DBP ROUTER (seed 004: "The broker MUST use a ROUTER socket on port 5246").
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5246"
-
-#: Silence, in heartbeat intervals, after which UDP counts as having missed a beat.
-_FALLBACK_INTERVALS = 1.5
 
 
 class _Udp(asyncio.DatagramProtocol):
@@ -114,21 +127,22 @@ class _Udp(asyncio.DatagramProtocol):
         log.debug("catalog udp error: %s", exc)
 
 
-class CatalogNode:
+class CatalogNode(InfoRequests):
     """One service node registered with the DBP catalog (see the module docstring).
 
     Args:
         endpoint: the catalog's ROUTER, e.g. ``"tcp://catalog:5246"``.
         info: the REGISTRATION body; ``heartbeat_interval`` is added when missing (the
             spec asks for "heartbeat timing at a minimum").
-        heartbeat_interval: seconds between heartbeats, both ways.
-        misses: silent intervals after which the catalog counts as gone.
+        heartbeat_interval: seconds between heartbeats, both ways (0.01 to 3600).
+        misses: silent intervals after which the catalog counts as gone (1 to 100).
         udp_address: the catalog's UDP heartbeat address; overrides APPROVED's
             ``udp_heartbeat``. Without either, heartbeats go over TCP.
         context: the ``zmq.asyncio`` context (default: the shared instance).
-        dialect: how commands are written (``SPEC`` or ``HERMES``).
-        reply_timeout: seconds to wait for APPROVED, DENIED or AWK (default: one
-            silence period, ``heartbeat_interval * misses``).
+        dialect: how commands are written (``SPEC`` or ``HERMES``), and so the shape of
+            info replies.
+        reply_timeout: seconds to wait for APPROVED, DENIED, AWK or an info REPLY
+            (default: one silence period, ``heartbeat_interval * misses``).
         backoff: first and largest pause between registration attempts.
         register_timeout: total seconds :meth:`start` keeps trying to register before
             it raises :class:`CatalogUnavailable`; None tries for ever.
@@ -153,10 +167,14 @@ class CatalogNode:
         on_state: Callable[[NodeState], None] | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
-        if not heartbeat_interval > 0:
-            raise ValueError("heartbeat_interval must be positive")
-        if misses < 1:
-            raise ValueError("misses must be at least 1")
+        lo, hi = HEARTBEAT_INTERVAL_RANGE
+        if not lo <= heartbeat_interval <= hi:
+            raise ValueError(
+                f"heartbeat_interval must be {lo:g}-{hi:g} s, got {heartbeat_interval!r}"
+            )
+        low, high = HEARTBEAT_MISSES_RANGE
+        if type(misses) is not int or not low <= misses <= high:
+            raise ValueError(f"misses must be an integer {low}-{high}, got {misses!r}")
         self.endpoint = endpoint
         self.info: JSONObject = dict(info)
         self.info.setdefault("heartbeat_interval", heartbeat_interval)
@@ -251,7 +269,9 @@ class CatalogNode:
     ) -> JSONObject:
         """Send UPDATE and wait for AWK or APPROVED; returns APPROVED's config (or ``{}``).
 
-        The changes are merged into :attr:`info`, so a later re-registration carries them.
+        The body carries the node's ``name`` with the changes (Hermes's broker finds the
+        node by it). The changes are merged into :attr:`info`, so a later
+        re-registration carries them.
 
         Raises:
             RegistrationDenied: the catalog answered DENIED.
@@ -262,7 +282,7 @@ class CatalogNode:
             raise CatalogUnavailable("not registered with the catalog")
         if self._pending is not None and not self._pending.done():
             raise RuntimeError("another update is waiting for its answer")
-        body = dict(changes)
+        body = {"name": self.info.get("name"), **changes}
         pending: asyncio.Future[JSONObject] = asyncio.get_running_loop().create_future()
         self._pending = pending
         try:
@@ -373,12 +393,15 @@ class CatalogNode:
         self.config = dict(reply.config)
         # The catalog's instructions set the agreed heartbeat interval and misses (DBP:
         # "regular and agreed-upon intervals"); a node judging the catalog's silence by
-        # a shorter interval of its own would drop a healthy session.
-        interval = reply.config.get("heartbeat_interval")
-        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval > 0:
-            self.heartbeat_interval = float(interval)
-        misses = reply.config.get("heartbeat_misses")
-        if isinstance(misses, int) and not isinstance(misses, bool) and misses > 0:
+        # a shorter interval of its own would drop a healthy session. A value out of
+        # its range is not trusted: the node keeps its own.
+        interval, misses, problems = read_instructions(reply.config)
+        for problem in problems:
+            self.counters["malformed"] += 1
+            log.warning("ignoring an instruction in APPROVED: %s", problem)
+        if interval is not None:
+            self.heartbeat_interval = interval
+        if misses is not None:
             self.misses = misses
         if self._explicit_udp is None:
             self._udp_target = _udp_target(self.endpoint, reply.config.get(UDP_HEARTBEAT_KEY))
@@ -505,14 +528,18 @@ class CatalogNode:
         interval = self.heartbeat_interval
         expiry = interval * self.misses
         name = str(self.info.get("name", ""))
+        hermes = is_hermes(self.dialect)
+        if hermes and self._udp_target is None:
+            return  # Hermes's broker takes no heartbeats: nothing to send, nothing to judge
         while True:
             silent = time.monotonic() - self._last_heard
-            if silent >= expiry:
+            verdict = catalog_silence(silent, interval, self.misses, hermes=hermes)
+            if verdict == "gone":
                 # "A peer MUST consider the other peer disconnected if no heartbeat
                 # arrives within some multiple of that interval."
                 self._end_session("silence")
                 return
-            if self._mode == "udp" and silent >= interval * _FALLBACK_INTERVALS:
+            if self._mode == "udp" and verdict == "missed":
                 # "In the event of a missing beat, heartbeats will switch over to
                 # reliable TCP connections."
                 self._mode = "tcp"
@@ -524,12 +551,15 @@ class CatalogNode:
                 self.counters["heartbeats_udp"] += 1
             # "Peers SHOULD NOT send HEARTBEAT commands while also sending other commands."
             if (
-                self._mode == "tcp"
+                not hermes
+                and self._mode == "tcp"
                 and time.monotonic() - self._last_tcp_sent >= interval / 2
                 and await self._send(beat, block=False)  # a full queue: skip this beat
             ):
                 self.counters["heartbeats_tcp"] += 1
-            await asyncio.sleep(min(interval, max(expiry - silent, 0.0) + 0.001))
+            await asyncio.sleep(
+                interval if hermes else min(interval, max(expiry - silent, 0.0) + 0.001)
+            )
 
     # ------------------------------------------------------------------ shutdown
 

@@ -14,11 +14,19 @@ Decisions (seed 004 is the spec; ``docs/protocols/dbp.md`` the codec):
   HERMES dialect (``OmO`` DENIED, empty body frames) when that encoding is float32.
 - A REGISTRATION needs the spec's minimum fields ("name, ip address, port, function,
   and heartbeat timing"), unless it is Hermes-shaped: a name and an ``interfaces``
-  object instead of the address fields.
+  object instead of the address fields. The names a spec reader would use are
+  accepted, every number must be in its range, and one form is stored
+  (:mod:`~zbus.catalog.core.registration`); an UPDATE is held to the same rules.
 - APPROVED carries the catalog's instructions: ``heartbeat_interval``,
   ``heartbeat_misses`` and ``udp_heartbeat`` (the UDP port, on the catalog's host). The
   node's liveness is judged by that interval.
 - UPDATE is acknowledged with AWK in both dialects (Hermes's "Acknowledged" is ``u.u``).
+  It belongs on the node's connection, except from a node registered in float32
+  (Hermes): a Hermes service sends UPDATE on a new socket and names itself in the body,
+  so for those nodes an UPDATE from any connection is matched by that ``name``, and,
+  when the node registered with a CURVE key, only from that key.
+- An info REQUEST in float32 time (Hermes) is answered in Hermes's shape
+  (:mod:`~zbus.catalog.core.info`), any other in zbus's.
 - Nodes registered in float32 (Hermes) get no catalog HEARTBEATs and do not expire by
   silence: Hermes implements neither ``<3`` nor ``</3`` and answers them with an error.
 - A DISCONNECT from a node, an expiry, or a DISCONNECT the catalog sends removes the
@@ -44,7 +52,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from zbus.catalog.core import liveness
+from zbus.catalog.core import liveness, registration
+from zbus.catalog.core.info import hermes_error, hermes_view
 from zbus.catalog.core.model import (
     COUNTERS,
     CatalogConfig,
@@ -68,7 +77,6 @@ from zbus.common.protocols.dbp import (
     Registration,
     TimeEncoding,
     Update,
-    missing_registration_fields,
 )
 
 __all__ = ["COUNTERS", "CatalogConfig", "CatalogCore", "NodeRecord", "Outgoing"]
@@ -77,6 +85,7 @@ __all__ = ["COUNTERS", "CatalogConfig", "CatalogCore", "NodeRecord", "Outgoing"]
 NAME_TAKEN = "name taken: {name!r} is registered by another live node"
 NOT_ALLOWED_NAME = "not allowed: {name!r} may not register"
 NOT_ALLOWED_KEY = "not allowed: this peer's key may not register"
+NOT_ALLOWED_UPDATE = "not allowed: this peer's key may not update {name!r}"
 
 
 def dialect_for(encoding: TimeEncoding | None) -> Dialect:
@@ -91,24 +100,7 @@ def _enc(cmd: DBPCommand) -> TimeEncoding:
 
 def malformed(info: Mapping[str, Any]) -> list[str]:
     """Why ``info`` is not a usable REGISTRATION body; empty when it is."""
-    name = info.get("name")
-    if not isinstance(name, str) or not name or not name.isprintable():
-        return ["malformed: name must be a non-empty printable string"]
-    if "interfaces" in info:  # Hermes-shaped: {"name", "interfaces", "reg_time", "topics"}
-        if isinstance(info["interfaces"], dict):
-            return []
-        return ["malformed: interfaces must be an object"]
-    reasons = []
-    missing = missing_registration_fields(info)
-    if missing:
-        reasons.append(f"malformed: missing {', '.join(missing)}")
-    port = info.get("port")
-    if port is not None and (type(port) is not int or not 0 < port < 65536):
-        reasons.append("malformed: port must be an integer 1-65535")
-    beat = info.get("heartbeat_interval")
-    if beat is not None and (type(beat) not in (int, float) or not 0 < beat < 1e9):
-        reasons.append("malformed: heartbeat_interval must be a number > 0")
-    return reasons
+    return registration.check(info)[1]
 
 
 @dataclass(slots=True)
@@ -117,6 +109,7 @@ class _Node:
     confirmed: bool  # registered with this catalog run (not rebuilt from the store)
     next_beat: float = math.inf  # when the catalog's next HEARTBEAT to it is due
     scheduled_at: float = math.inf  # the time of its live entry in the core's timer heap
+    key: bytes | None = None  # the CURVE key it registered with, when the wiring knows it
 
     @property
     def hermes(self) -> bool:
@@ -215,6 +208,14 @@ class CatalogCore:
             self._send(identity, reply)
         elif type(cmd) is Update and node is not None:
             self._update(identity, node, cmd, now)
+        elif type(cmd) is Update and (target := self._hermes_node(cmd)) is not None:
+            # Hermes sends UPDATE on a new socket and names the node in the body.
+            if target.key is not None and peer_key != target.key:
+                self.counters["updates_denied_policy"] += 1
+                reason = NOT_ALLOWED_UPDATE.format(name=target.record.name)
+                self._send(identity, Denied((reason,), now, _enc(cmd)))
+            else:
+                self._update(identity, target, cmd, now)
         elif type(cmd) is Disconnect:
             self.counters["disconnects_received"] += 1
             if node is not None:
@@ -327,8 +328,7 @@ class CatalogCore:
         self, identity: bytes, cmd: Registration, now: float, peer_key: bytes | None
     ) -> None:
         cfg = self.config
-        info = cmd.info
-        reasons = malformed(info)
+        info, reasons = registration.check(cmd.info)
         reason_key = "malformed"
         name: str = info.get("name", "")
         if not reasons:
@@ -361,7 +361,7 @@ class CatalogCore:
         record = NodeRecord(
             name=name,
             identity=identity,
-            info=dict(info),
+            info=info,
             state="active",
             registered_at=now,
             last_heartbeat=now,
@@ -371,7 +371,7 @@ class CatalogCore:
         )
         # Each node has its own heartbeat phase, from its registration: 10,000 nodes get
         # their HEARTBEATs spread over the interval, not in one burst.
-        node = _Node(record, confirmed=True, next_beat=now + cfg.heartbeat_interval)
+        node = _Node(record, confirmed=True, next_beat=now + cfg.heartbeat_interval, key=peer_key)
         self._by_name[name] = self._by_identity[identity] = node
         if record.address is not None:
             self._by_address.setdefault(record.address, set()).add(name)
@@ -385,23 +385,49 @@ class CatalogCore:
         }
         self._send(identity, Approved(instructions, now, _enc(cmd)))
 
+    def _hermes_node(self, cmd: Update) -> _Node | None:
+        """The node a Hermes UPDATE from an unknown connection names, if it registered
+        in float32 with this run."""
+        name = cmd.changes.get("name")
+        node = self._by_name.get(name) if isinstance(name, str) else None
+        return node if node is not None and node.hermes and node.confirmed else None
+
     def _update(self, identity: bytes, node: _Node, cmd: Update, now: float) -> None:
         rec = node.record
         if cmd.changes.get("name", rec.name) != rec.name:
+            reasons = ["malformed: an UPDATE cannot change the name; register again"]
+        else:
+            info, reasons = registration.merge(rec.info, cmd.changes)
+        if reasons:
+            # Nothing of a refused UPDATE is kept; the node stays as it was.
             self.counters["updates_denied"] += 1
-            reason = "malformed: an UPDATE cannot change the name; register again"
-            self._send(identity, Denied((reason,), now, _enc(cmd)))
+            self._send(identity, Denied(tuple(reasons), now, _enc(cmd)))
             self._heard(node, now)
             return
         self.counters["updates"] += 1
-        node.record = replace(rec, info={**rec.info, **cmd.changes})
+        node.record = replace(rec, info=info)
         self._heard(node, now, changed=True)
         self._send(identity, Awk(now, _enc(cmd)))
 
     def _info(self, cmd: InfoRequest) -> JSONObject:
         """The REPLY body. Seed 004: "The information request is either a specified
         services name or a list of currently active services available. Information
-        that is not available should be responded with by an inactive warning.\""""
+        that is not available should be responded with by an inactive warning.\"
+
+        A REQUEST in float32 time (Hermes) gets Hermes's shape: ``{name: info}``, the
+        list as ``{name: info, ...}``, ``{"Error": text}`` for an inactive name.
+        """
+        if cmd.time_encoding is TimeEncoding.FLOAT32:
+            if cmd.wants_list:
+                return {
+                    name: hermes_view(node.record)
+                    for name, node in sorted(self._by_name.items())
+                    if node.record.state in ("active", "late")
+                }
+            node = self._by_name.get(cmd.query)
+            if node is None or node.record.state not in ("active", "late"):
+                return hermes_error(cmd.query)
+            return {cmd.query: hermes_view(node.record)}
         if cmd.wants_list:
             return {
                 "services": {

@@ -6,11 +6,19 @@ Shared by the sans-I/O core (:mod:`zbus.catalog.core.catalog`), the registry sto
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from zbus.common.protocols.dbp import SPEC, DBPCommand, Dialect, JSONObject, TimeEncoding
+from zbus.common.protocols.dbp import (
+    HEARTBEAT_INTERVAL_RANGE,
+    HEARTBEAT_MISSES_RANGE,
+    PORT_RANGE,
+    SPEC,
+    DBPCommand,
+    Dialect,
+    JSONObject,
+    TimeEncoding,
+)
 
 #: Liveness of a node (seed 004, "Heartbeating"):
 #:
@@ -53,6 +61,11 @@ class NodeRecord:
     time_encoding: TimeEncoding = TimeEncoding.ASCII
 
 
+#: Largest grace, in seconds, an inactive node is kept for (a day).
+MAX_GRACE: Final = 86400.0
+#: Most log records the catalog keeps per service (``ZBUS_LOG_WINDOW``).
+MAX_LOG_WINDOW: Final = 100_000
+
 #: The keys of ``CatalogCore.counters``; the wiring exports them as metrics.
 COUNTERS: Final = (
     "registrations_approved",
@@ -60,7 +73,8 @@ COUNTERS: Final = (
     "registrations_denied_name_taken",  # a live node of another identity has the name
     "registrations_denied_policy",  # name or CURVE key not in the allowed sets
     "updates",
-    "updates_denied",  # an UPDATE that tries to change the node's name
+    "updates_denied",  # an UPDATE that changes the name or is malformed (nothing kept)
+    "updates_denied_policy",  # a Hermes UPDATE by name from a key other than the node's
     "info_requests",
     "heartbeats_tcp",
     "heartbeats_udp",
@@ -100,19 +114,23 @@ class CatalogConfig:
     allowed_keys: frozenset[bytes] | None = field(default=None)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.heartbeat_interval) and self.heartbeat_interval > 0):
+        lo, hi = HEARTBEAT_INTERVAL_RANGE
+        if not lo <= self.heartbeat_interval <= hi:  # NaN fails every comparison
             raise ValueError(
-                f"CatalogConfig.heartbeat_interval: expected a number > 0, "
+                f"CatalogConfig.heartbeat_interval: expected {lo:g}-{hi:g} seconds, "
                 f"got {self.heartbeat_interval!r}"
             )
-        if self.heartbeat_misses < 1:
+        low, high = HEARTBEAT_MISSES_RANGE
+        if not low <= self.heartbeat_misses <= high:
             raise ValueError(
-                f"CatalogConfig.heartbeat_misses: expected at least 1, "
+                f"CatalogConfig.heartbeat_misses: expected {low}-{high}, "
                 f"got {self.heartbeat_misses!r}"
             )
-        if not (math.isfinite(self.grace) and self.grace >= 0):
-            raise ValueError(f"CatalogConfig.grace: expected a number >= 0, got {self.grace!r}")
-        if not 0 < self.udp_port < 65536:
+        if not 0 <= self.grace <= MAX_GRACE:
+            raise ValueError(
+                f"CatalogConfig.grace: expected 0-{MAX_GRACE:g} seconds, got {self.grace!r}"
+            )
+        if not PORT_RANGE[0] <= self.udp_port <= PORT_RANGE[1]:
             raise ValueError(f"CatalogConfig.udp_port: expected 1-65535, got {self.udp_port!r}")
 
 

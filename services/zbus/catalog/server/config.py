@@ -6,7 +6,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from zbus.catalog.core.model import MAX_GRACE, MAX_LOG_WINDOW
+from zbus.common.protocols.dbp import HEARTBEAT_INTERVAL_RANGE, HEARTBEAT_MISSES_RANGE
 from zbus.common.settings import ServiceSettings
+
+_BEAT_MIN, _BEAT_MAX = HEARTBEAT_INTERVAL_RANGE
+_MISSES_MIN, _MISSES_MAX = HEARTBEAT_MISSES_RANGE
 
 
 class CatalogSettings(ServiceSettings):
@@ -14,9 +19,15 @@ class CatalogSettings(ServiceSettings):
 
     port: int = Field(5246, ge=0, le=65535, description="DBP ROUTER (tcp)")
     udp_port: int = Field(5246, ge=0, le=65535, description="UDP heartbeats")
-    heartbeat_interval: float = Field(3.0, gt=0, description="seconds between heartbeats")
-    heartbeat_misses: int = Field(3, ge=1, description="missed intervals before inactive")
-    grace: float = Field(30.0, ge=0, description="seconds an inactive node is kept")
+    heartbeat_interval: float = Field(
+        3.0, ge=_BEAT_MIN, le=_BEAT_MAX, description="seconds between heartbeats (0.01-3600)"
+    )
+    heartbeat_misses: int = Field(
+        3, ge=_MISSES_MIN, le=_MISSES_MAX, description="missed intervals before inactive (1-100)"
+    )
+    grace: float = Field(
+        30.0, ge=0, le=MAX_GRACE, description="seconds an inactive node is kept (0-86400)"
+    )
     beacon_port: int = Field(5245, ge=0, le=65535, description="UDP beacon port (0: no beacon)")
     beacon_addresses: str = Field(
         "",
@@ -30,7 +41,9 @@ class CatalogSettings(ServiceSettings):
         "", description="comma-separated service names allowed to register (empty: any)"
     )
     # eventbus_endpoint (every service's setting) also turns on log aggregation here.
-    log_window: int = Field(1000, ge=1, description="recent log records kept per service")
+    log_window: int = Field(
+        1000, ge=1, le=MAX_LOG_WINDOW, description="recent log records kept per service (1-100000)"
+    )
 
     def beacon_targets(self) -> list[str]:
         given = [a.strip() for a in self.beacon_addresses.split(",") if a.strip()]

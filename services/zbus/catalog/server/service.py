@@ -25,12 +25,14 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, cast
 
 import zmq
 from fastapi import FastAPI, HTTPException, Query
 from prometheus_client import Counter
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from zbus import dashboard
 from zbus.catalog.client.discovery import BeaconSender
@@ -73,6 +75,26 @@ def record_json(record: NodeRecord, now: float) -> dict[str, Any]:
     }
 
 
+class _BeaconCounts(Collector):
+    """``zbus_catalog_beacons_sent_total`` and ``zbus_catalog_beacon_errors_total``: the
+    beacon sender's counts (one per datagram and destination), read at each scrape."""
+
+    def __init__(self, sender: Callable[[], BeaconSender | None]) -> None:
+        self.sender = sender
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        beacon = self.sender()
+        counts = beacon.counters if beacon is not None else {"sent": 0, "errors": 0}
+        yield CounterMetricFamily(
+            "zbus_catalog_beacons_sent", "Beacon datagrams sent", value=counts["sent"]
+        )
+        yield CounterMetricFamily(
+            "zbus_catalog_beacon_errors",
+            "Beacon datagrams the network refused to send",
+            value=counts["errors"],
+        )
+
+
 class _Heartbeats(asyncio.DatagramProtocol):
     def __init__(self, service: CatalogService) -> None:
         self.service = service
@@ -109,8 +131,8 @@ class CatalogService(Service):
             self.registry,
             gauge=True,
         )
-        self._beacons = Counter("zbus_catalog_beacons_sent", "Beacons sent", registry=self.registry)
-        self._beacons_seen = 0
+        # Read from the sender's own counts at each scrape: every beacon as it goes out.
+        self.registry.register(_BeaconCounts(lambda: getattr(self, "beacon", None)))
         self._flush_lock = asyncio.Lock()
         self._beats: collections.deque[Outgoing] = collections.deque()
         self._beats_ready = asyncio.Event()
@@ -299,10 +321,6 @@ class CatalogService(Service):
                 await asyncio.to_thread(self.store.write, changes)
             for out in self.core.take_outbox():
                 self._dispatch(out)
-        if self.beacon is not None:
-            sent = self.beacon.counters["sent"]
-            self._beacons.inc(sent - self._beacons_seen)
-            self._beacons_seen = sent
 
     async def close(self) -> None:
         asyncio.get_running_loop().remove_reader(self._raw.FD)

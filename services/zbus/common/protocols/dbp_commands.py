@@ -210,17 +210,46 @@ DBPCommand = (
 )
 
 #: The service fields the spec requires "at a minimum" ("name, ip address, port,
-#: function, and heartbeat timing"), under the keys zbus registers them with.
+#: function, and heartbeat timing"), under the keys zbus registers and stores them with.
 REGISTRATION_FIELDS = ("name", "ip", "port", "function", "heartbeat_interval")
+
+#: Every name a REGISTRATION or UPDATE may give a field of :data:`REGISTRATION_FIELDS`
+#: under, the stored (canonical) one first: what a reader of the spec text would write.
+REGISTRATION_ALIASES: dict[str, tuple[str, ...]] = {
+    "name": ("name",),
+    "ip": ("ip", "address", "ip_address"),
+    "port": ("port",),
+    "function": ("function",),
+    "heartbeat_interval": ("heartbeat_interval", "heartbeat"),
+}
+
+# The ranges of the numbers DBP carries, shared by the catalog, its node library and
+# their settings; docs/protocols/dbp.md lists them.
+#: TCP and UDP ports named in a body (``port``, an interface's ``port``, ``udp_heartbeat``).
+PORT_RANGE = (1, 65535)
+#: Seconds between heartbeats (a registration's ``heartbeat_interval``, APPROVED's).
+HEARTBEAT_INTERVAL_RANGE = (0.01, 3600.0)
+#: Silent intervals after which a peer counts as gone (APPROVED's ``heartbeat_misses``).
+HEARTBEAT_MISSES_RANGE = (1, 100)
+#: Bytes of a REGISTRATION or UPDATE body, and of a node's information with every UPDATE
+#: merged in (compact JSON): what the catalog stores and repeats in info replies.
+MAX_INFO_BYTES = 65536
+#: Characters of a service name and of an address (``ip``).
+MAX_NAME_CHARS = 255
 
 
 def missing_registration_fields(info: Mapping[str, Any]) -> tuple[str, ...]:
-    """The keys of :data:`REGISTRATION_FIELDS` that ``info`` lacks or sets to null.
+    """The keys of :data:`REGISTRATION_FIELDS` that ``info`` gives under none of their
+    names (:data:`REGISTRATION_ALIASES`), or only as null.
 
     A Hermes registration (``name``, ``interfaces``, ``reg_time``, ``topics``) lacks all
     but ``name``; whether to approve it anyway is the catalog's decision.
     """
-    return tuple(key for key in REGISTRATION_FIELDS if info.get(key) is None)
+    return tuple(
+        key
+        for key in REGISTRATION_FIELDS
+        if all(info.get(alias) is None for alias in REGISTRATION_ALIASES[key])
+    )
 
 
 _NAMES: dict[type, str] = {
