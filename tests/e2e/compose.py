@@ -8,13 +8,14 @@ what carries the project's compose label is looked at or removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +97,9 @@ class ComposeProject:
 
     images: dict[str, str]
     workdir: Path
+    #: Compose files over docker-compose.yml, and variables of their own.
+    overrides: tuple[Path, ...] = ()
+    variables: dict[str, str] = field(default_factory=dict)
     name: str = field(default_factory=lambda: f"zbus-e2e-{secrets.token_hex(4)}")
     ports: dict[str, int] = field(default_factory=dict)
     binary: Path = field(default_factory=compose_binary)
@@ -127,6 +131,7 @@ class ComposeProject:
             "ZBUS_WORKER_ADMIN_PORTS": f"{self.worker_ports}-{last_worker_port}",
             "ZBUS_PUBLISH_HOST": "127.0.0.1",
             **self.images,
+            **self.variables,
         }
         # The docker CLI and compose need PATH and HOME (their config), nothing of ours.
         keep = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT")
@@ -136,20 +141,8 @@ class ComposeProject:
         self, *args: str, timeout: float = 300, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """``docker compose -p NAME -f docker-compose.yml ARGS`` in the project's environment."""
-        cmd = [
-            str(self.binary),
-            "--project-name",
-            self.name,
-            "--file",
-            str(COMPOSE_FILE),
-            "--project-directory",
-            str(ROOT),
-            "--env-file",
-            str(self.env_file),
-            *args,
-        ]
         done = subprocess.run(
-            cmd,
+            [*self.command(), *args],
             capture_output=True,
             text=True,
             env=self.environment,
@@ -163,23 +156,41 @@ class ComposeProject:
             )
         return done
 
+    @contextlib.contextmanager
+    def running(self, *services: str) -> Iterator[ComposeProject]:
+        """The project up and healthy (``services`` and what they depend on; none: all),
+        then taken down with its volumes, its logs kept in the work directory."""
+        try:
+            self.run(
+                "up",
+                "--detach",
+                "--wait",
+                "--wait-timeout",
+                str(int(300 * UNIT)),
+                "--no-build",
+                *services,
+            )
+            yield self
+        finally:
+            (self.workdir / "compose.log").write_text(self.logs(tail=2000))
+            self.run("down", "--volumes", "--remove-orphans", "--timeout", "30", check=False)
+
+    def command(self) -> list[str]:
+        files = [arg for path in (COMPOSE_FILE, *self.overrides) for arg in ("--file", str(path))]
+        return [
+            str(self.binary),
+            "--project-name",
+            self.name,
+            *files,
+            "--project-directory",
+            str(ROOT),
+            "--env-file",
+            str(self.env_file),
+        ]
+
     def logs(self, tail: int = 40) -> str:
         done = subprocess.run(
-            [
-                str(self.binary),
-                "--project-name",
-                self.name,
-                "--file",
-                str(COMPOSE_FILE),
-                "--project-directory",
-                str(ROOT),
-                "--env-file",
-                str(self.env_file),
-                "logs",
-                "--no-color",
-                "--tail",
-                str(tail),
-            ],
+            [*self.command(), "logs", "--no-color", "--tail", str(tail)],
             capture_output=True,
             text=True,
             env=self.environment,

@@ -49,12 +49,5 @@ def cluster(
     images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeProject]:
     """The whole compose cluster, up and healthy; taken down with its volumes after."""
-    project = ComposeProject(images, tmp_path_factory.mktemp("compose"))
-    try:
-        project.run(
-            "up", "--detach", "--wait", "--wait-timeout", str(int(300 * UNIT)), "--no-build"
-        )
+    with ComposeProject(images, tmp_path_factory.mktemp("compose")).running() as project:
         yield project
-    finally:
-        (project.workdir / "compose.log").write_text(project.logs(tail=2000))
-        project.run("down", "--volumes", "--remove-orphans", "--timeout", "30", check=False)
