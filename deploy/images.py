@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -77,8 +78,12 @@ class BuildError(RuntimeError):
     """A step that cannot be done here; the message says what to do."""
 
 
+_SAY = threading.Lock()
+
+
 def say(text: str) -> None:
-    print(f"images: {text}", flush=True)
+    with _SAY:  # one whole line at a time: the builds run in threads
+        print(f"images: {text}", flush=True)
 
 
 def run(*cmd: str, capture: bool = False, log: Path | None = None) -> str:
