@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 from tests.support.bus import free_port
 from tests.support.waiting import UNIT, wait_for
 from zbus.common.settings import ConfigError
-from zbus.launcher import _alive, load_cluster
+from zbus.launcher import Cluster, ServiceSpec, _alive, load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,6 +100,179 @@ def test_up_starts_every_service_and_down_stops_them(tmp_path: Path) -> None:
             launcher.wait(timeout=30)
 
 
+class _Up:
+    """A `zbus up` in the background, its output read line by line."""
+
+    def __init__(self, config: Path, state: Path) -> None:
+        self.proc = subprocess.Popen(
+            _zbus("up", "--config", str(config), "--state-dir", str(state)),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.state = state
+        self.lines: list[str] = []
+
+    def read_until(self, text: str) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if text in line:
+                return
+        pytest.fail(f"launcher ended before {text!r}:\n" + "".join(self.lines))
+
+    def pids(self) -> dict[str, int]:
+        return dict(json.loads((self.state / "run" / "cluster.json").read_text())["services"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60 * UNIT)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def test_a_second_cluster_on_the_same_ports_refuses_at_once(tmp_path: Path) -> None:
+    # Another checkout's cluster (another state dir) already holds every port.
+    config, ports = _cluster_file(tmp_path, "first", "second")
+    first = _Up(config, tmp_path / "a")
+    try:
+        first.read_until("stops the cluster")
+        pids = first.pids()
+        again = subprocess.run(
+            _zbus("up", "--config", str(config), "--state-dir", str(tmp_path / "b")),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60 * UNIT,
+            check=False,
+        )
+        assert again.returncode == 1, again.stdout + again.stderr
+        assert "ready  http" not in again.stdout
+        for name, port in ports.items():  # each port, and the service answering there
+            assert f"port {port} ({name}'s admin port)" in again.stdout
+            assert f"zbus service echo (pid {pids[name]})" in again.stdout
+        assert not (tmp_path / "b" / "logs").exists()  # nothing was started
+        for port in ports.values():  # and the first cluster is untouched
+            assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+    finally:
+        first.stop()
+
+
+def test_a_port_held_by_another_program_is_named(tmp_path: Path) -> None:
+    config, ports = _cluster_file(tmp_path, "first")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", ports["first"]))
+        held.listen()
+        result = subprocess.run(
+            _zbus("up", "--config", str(config), "--state-dir", str(tmp_path / "s")),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60 * UNIT,
+            check=False,
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"port {ports['first']}" in result.stdout
+    assert f"pid {os.getpid()}" in result.stdout  # found through /proc: it answers no HTTP
+
+
+def test_readiness_counts_only_the_launched_process(tmp_path: Path) -> None:
+    # The admin port is free when the launcher looks, and taken before the service is
+    # ready (here: the launched service serves elsewhere, an impostor at the port).
+    port = free_port()
+    impostor = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.echo_service", "--admin-port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "ZBUS_DATA_DIR": str(tmp_path / "impostor")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    out = io.StringIO()
+    spec = ServiceSpec(
+        "first",
+        "tests.support.echo_service",
+        port,
+        {"ZBUS_ADMIN_PORT": str(free_port()), "ZBUS_SHUTDOWN_TIMEOUT": "2"},
+    )
+    cluster = Cluster([spec], tmp_path / "state", out)
+    try:
+        assert impostor.stdout is not None
+        for line in impostor.stdout:
+            if b'"service ready"' in line:
+                break
+        with pytest.raises(ConfigError) as caught:
+            cluster._start(spec)
+        message = str(caught.value)
+        assert f"port {port} (first's admin port)" in message
+        assert f"zbus service echo (pid {impostor.pid})" in message
+        assert "ready  http" not in out.getvalue()
+    finally:
+        cluster._stop_all()
+        impostor.terminate()
+        impostor.wait(timeout=30 * UNIT)
+        if impostor.stdout is not None:
+            impostor.stdout.close()
+
+
+def test_services_stop_cleanly_when_the_launcher_is_killed(tmp_path: Path) -> None:
+    config, _ = _cluster_file(tmp_path, "first", "second")
+    up = _Up(config, tmp_path / "s")
+    try:
+        up.read_until("stops the cluster")
+        pids = up.pids()
+        up.proc.kill()  # kill -9: the launcher stops nothing itself
+        up.proc.wait(timeout=30 * UNIT)
+        for name, pid in pids.items():
+            wait_for(lambda pid=pid: not _alive(pid), timeout=30, what=f"{name} to exit")
+            log = (tmp_path / "s" / "logs" / f"{name}.log").read_text()
+            assert log.count('"service stopped"') == 1, log
+        down = subprocess.run(
+            _zbus("down", "--state-dir", str(tmp_path / "s")),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert "no zbus cluster is running" in down.stdout
+    finally:
+        up.stop()
+        for pid in up.pids().values() if (tmp_path / "s" / "run" / "cluster.json").exists() else ():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_service_still_starting_dies_with_the_launcher(tmp_path: Path) -> None:
+    # Before its loop runs, a service watches no pipe: the kernel's parent-death signal
+    # is what stops it (here, a process that never gets ready).
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        f'[[service]]\nname = "stuck"\nmodule = "tests.support.stuck_service"\n'
+        f"admin_port = {free_port()}\nready_timeout = 600\n"
+    )
+    up = _Up(path, tmp_path / "s")
+    pid = 0
+    try:
+
+        def recorded() -> bool:
+            nonlocal pid
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                pid = up.pids()["stuck"]
+            return pid != 0
+
+        wait_for(recorded, timeout=30, what="the launcher to record the service's pid")
+        up.proc.kill()
+        up.proc.wait(timeout=30 * UNIT)
+        wait_for(lambda: not _alive(pid), timeout=30, what="the starting service to exit")
+    finally:
+        up.stop()
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_a_service_that_fails_to_start_stops_the_rest(tmp_path: Path) -> None:
     config, _ = _cluster_file(tmp_path, "good")
     with config.open("a") as fh:
@@ -139,7 +315,12 @@ def test_down_without_a_cluster_says_so(tmp_path: Path) -> None:
         (
             "[[service]]\nname='x'\nmodule='m'\nadmin_port=1\n"
             "[[service]]\nname='x'\nmodule='m'\nadmin_port=2\n",
-            "unique",
+            "service names must be unique",
+        ),
+        (
+            "[[service]]\nname='x'\nmodule='m'\nadmin_port=1\n"
+            "[[service]]\nname='y'\nmodule='m'\nadmin_port=1\n",
+            "admin ports must be unique",
         ),
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -83,6 +84,28 @@ async def test_service_answers_health_metrics_and_info(tmp_path: Path) -> None:
         await asyncio.wait_for(task, 10 * UNIT)
 
 
+async def test_admin_connections_are_accepted_without_nagle(tmp_path: Path) -> None:
+    # A response goes out in two writes (headers, body). With Nagle's algorithm on the
+    # accepted socket, the second write waits for the ACK of the first, which a client
+    # on a kept-alive connection delays by 40 ms: a request on such a connection took
+    # 44 ms instead of 1. Every accepted admin connection must have TCP_NODELAY set.
+    service = EchoService(EchoSettings(data_dir=tmp_path))
+    task = await _started(service)
+    try:
+        assert service._admin is not None
+        connections = service._admin.server_state.connections
+        async with httpx.AsyncClient(base_url=service.admin_url or "") as http:
+            for _ in range(2):  # the second request reuses the kept-alive connection
+                assert (await http.get("/healthz")).status_code == 200
+            assert len(connections) == 1
+            for protocol in connections:
+                sock = protocol.transport.get_extra_info("socket")
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        service.request_stop()
+        await asyncio.wait_for(task, 10 * UNIT)
+
+
 async def test_shutdown_closes_everything_within_deadline(tmp_path: Path) -> None:
     service = EchoService(EchoSettings(data_dir=tmp_path, shutdown_timeout=2.0))
     before = asyncio.all_tasks()
@@ -127,6 +150,7 @@ async def test_a_failing_background_task_stops_the_service(tmp_path: Path) -> No
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(task, 10 * UNIT)
     assert service.ctx.closed
+    assert service.failure is not None and "boom" in service.failure
 
 
 async def test_admin_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
@@ -167,6 +191,57 @@ def test_sigterm_stops_a_service_process_within_its_deadline(tmp_path: Path) -> 
     assert code == 0
     assert time.monotonic() - started < 2 + 3
     assert b'"service stopped"' in rest
+
+
+def test_a_service_stops_cleanly_when_its_lifeline_closes(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    env = {**os.environ, "ZBUS_DATA_DIR": str(tmp_path), "ZBUS_LIFELINE_FD": str(read)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.echo_service", "--admin-port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=(read,),
+    )
+    os.close(read)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if b'"service ready"' in line:
+                break
+        else:
+            pytest.fail(f"service exited before it was ready: {proc.wait()}")
+        os.close(write)  # what the kernel does when the starter dies, even by kill -9
+        write = -1
+        code = proc.wait(timeout=30 * UNIT)
+        rest = proc.stdout.read()
+    finally:
+        if write >= 0:
+            os.close(write)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert code == 0
+    assert b"started this service is gone" in rest
+    assert b'"service stopped"' in rest
+
+
+async def test_a_lifeline_that_is_not_an_open_pipe_is_a_clear_error(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_RDWR)
+    try:
+        service = EchoService(EchoSettings(data_dir=tmp_path, lifeline_fd=fd))
+        with pytest.raises(ConfigError, match=f"lifeline_fd: file descriptor {fd} is not a pipe"):
+            await asyncio.wait_for(service.run(), 10 * UNIT)
+    finally:
+        os.close(fd)
+    unused = resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1  # the highest, not in use
+    with pytest.raises(OSError):
+        os.fstat(unused)
+    service = EchoService(EchoSettings(data_dir=tmp_path, lifeline_fd=unused))
+    with pytest.raises(ConfigError, match=f"lifeline_fd: file descriptor {unused} is not open"):
+        await asyncio.wait_for(service.run(), 10 * UNIT)
 
 
 def test_invalid_configuration_exits_with_a_clear_message(tmp_path: Path) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid as uuidlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +22,39 @@ from zbus.broker.server.service import BrokerService
 from zbus.common.protocols import emqp
 
 DIALECT = emqp.Dialect(eventmq_commands=True)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_broker_process(
+    data_dir: Path, module: str = "zbus.broker", log: list[dict[str, Any]] | None = None
+) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """A broker process (``python -m module``) on free ports, once it logged "service
+    ready": the process (stdout: its JSON log lines, read on) and its endpoints. The
+    lines logged until then are added to ``log``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--client-port", "0", "--worker-port", "0"],
+        cwd=ROOT,
+        env={**os.environ, "ZBUS_DATA_DIR": str(data_dir), "ZBUS_ADMIN_PORT": "0"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        entry = json.loads(line)
+        if log is not None:
+            log.append(entry)
+        if entry["msg"] == "service ready":
+            return proc, entry["endpoints"]
+    raise AssertionError(f"broker exited before it was ready: {proc.wait()}")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc`` if it still runs, and close its pipe."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 @asynccontextmanager

@@ -31,8 +31,11 @@ def new_event(topic: str, data: bytes = b"\x01", producer: str = "test") -> ext.
 
 
 @asynccontextmanager
-async def running_bus(data_dir: Path, **settings: Any) -> AsyncIterator[EventBusService]:
-    service = EventBusService(EventBusSettings(port=0, data_dir=data_dir, **settings))
+async def running_bus(
+    data_dir: Path, port: int = 0, **settings: Any
+) -> AsyncIterator[EventBusService]:
+    """A real event bus in this process (on free ports, or on ``port``..``port + 3``)."""
+    service = EventBusService(EventBusSettings(port=port, data_dir=data_dir, **settings))
     task = asyncio.create_task(service.run())
 
     async def started() -> bool:

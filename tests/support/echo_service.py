@@ -21,6 +21,7 @@ from zbus.runtime.service import Service, run
 
 class EchoSettings(ServiceSettings):
     port: int = 0
+    fail_on: str = ""  # a message with this last frame makes the echo task fail (tests)
 
 
 class EchoService(Service):
@@ -29,6 +30,7 @@ class EchoService(Service):
     def __init__(self, settings: EchoSettings, **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
         self.port = settings.port
+        self.fail_on = settings.fail_on.encode()
         self.echoed = Counter("zbus_echo_messages", "Messages echoed", registry=self.registry)
         self.drained = asyncio.Event()
 
@@ -41,6 +43,8 @@ class EchoService(Service):
     async def _serve(self) -> None:
         while True:
             frames = await self.router.recv_multipart()
+            if self.fail_on and frames[-1] == self.fail_on:
+                raise RuntimeError("echo failed on request")
             await self.router.send_multipart(frames)
             self.echoed.inc()
 

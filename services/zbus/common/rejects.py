@@ -5,6 +5,7 @@ from __future__ import annotations
 from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
+    NumberRangeError,
     ProtocolError,
     UnknownCommandError,
 )
@@ -16,6 +17,8 @@ def reject_reason(exc: ProtocolError) -> str:
         return "frame_count"
     if isinstance(exc, UnknownCommandError):
         return "unknown_command"
+    if isinstance(exc, NumberRangeError):
+        return "out_of_range"
     if isinstance(exc, FrameValueError):
         return "bad_value"
     return "malformed"

@@ -10,6 +10,7 @@ ZeroMQ tool.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -148,6 +149,11 @@ class ZapAllowList:
         self._auth.configure_curve_callback(domain="*", credentials_provider=_Keys(self.keys))
         self._auth.configure_curve_callback(domain=OPEN_DOMAIN, credentials_provider=_Keys(None))
         log.info("zap allow-list loaded", extra={"clients": len(self.keys), "dir": str(self._dir)})
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The handler's thread (once started): without it no CURVE client gets in."""
+        return self._auth.thread
 
     def stop(self) -> None:
         self._auth.stop()

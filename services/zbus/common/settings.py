@@ -38,7 +38,10 @@ class ServiceSettings(BaseSettings):
     data_dir: Path = Field(Path(".zbus/data"), description="where the service keeps its files")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_timeout: float = Field(
-        5.0, gt=0, description="seconds a graceful shutdown may take before it is forced"
+        5.0,
+        gt=0,
+        le=3600,
+        description="seconds a graceful shutdown may take before it is forced",
     )
     admin_token: str | None = Field(
         None, description="bearer token required by admin endpoints that change state"
@@ -79,6 +82,12 @@ class ServiceSettings(BaseSettings):
         "",
         description="the name the service registers under (empty: the service's name); "
         "{hostname} in it becomes this host's name, so that replicas differ",
+    )
+    lifeline_fd: int | None = Field(
+        None,
+        ge=0,
+        description="read end of a pipe from the process that started the service: the "
+        "service shuts down when the pipe closes (`zbus up` sets it; unset: none)",
     )
 
     @field_validator("catalog_endpoint")

@@ -34,6 +34,8 @@ class AdminHost(Protocol):
     def registry(self) -> CollectorRegistry: ...
     @property
     def settings(self) -> AdminSettings: ...
+    @property
+    def failure(self) -> str | None: ...
     def readiness(self) -> dict[str, bool]: ...
     def info(self) -> dict[str, Any]: ...
     def add_routes(self, app: FastAPI) -> None: ...
@@ -67,9 +69,14 @@ def create_admin_app(service: AdminHost) -> FastAPI:
         return JSONResponse(status_code=422, content={"error": "invalid request", "detail": errors})
 
     @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        """The process is up and its event loop answers."""
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        """The process is up and its event loop answers; 503 once a part the service
+        cannot serve without has failed (it is then stopping, to exit with status 1)."""
+        if service.failure is not None:
+            return JSONResponse(
+                status_code=503, content={"status": "failing", "error": service.failure}
+            )
+        return JSONResponse(content={"status": "ok"})
 
     @app.get("/readyz", tags=["health"])
     async def readyz() -> JSONResponse:

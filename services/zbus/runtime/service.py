@@ -8,10 +8,22 @@ A service subclasses :class:`Service` and fills in the hooks:
 - :meth:`Service.close` releases storage;
 - :meth:`Service.add_routes` adds its admin routes.
 
-Shutdown (SIGTERM, SIGINT or :meth:`Service.request_stop`): readiness goes false, the
-background tasks are cancelled (no new work is taken), :meth:`drain` runs, then sockets
-close with linger 0, the context terminates and the admin server stops; all of it inside
-``shutdown_timeout`` seconds, after which whatever is left is cancelled.
+:meth:`Service.drain` and :meth:`Service.close` run after a failed start too, so they
+release only what :meth:`Service.start` got before it failed (a thread that never started
+is not joined, a store that never opened is not closed).
+
+Shutdown (SIGTERM, SIGINT, :meth:`Service.request_stop`, or the lifeline pipe from the
+process that started the service closing, see :mod:`zbus.runtime.lifeline`): readiness
+goes false, the background tasks are cancelled (no new work is taken), :meth:`drain`
+runs, then sockets close with linger 0, the context terminates and the admin server
+stops; all of it inside ``shutdown_timeout`` seconds, after which whatever is left is
+cancelled.
+
+A part the service cannot serve without that fails while it runs (a thread marked with
+:meth:`Service.essential`, a background task) is logged with its cause and stops the
+service the same way (:meth:`Service.fail`); ``/healthz`` then answers 503, and the
+process exits with status 1, so that a supervisor restarts it. Exit statuses: 0 stopped
+when asked, 1 stopped by such a failure, 2 could not start (configuration).
 """
 
 from __future__ import annotations
@@ -19,10 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Generator, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,8 +58,10 @@ from zbus.common.security import (
     make_server,
 )
 from zbus.common.settings import ConfigError, ServiceSettings
+from zbus.common.threads import EssentialThread
 from zbus.common.version import __version__
 from zbus.runtime.admin import create_admin_app
+from zbus.runtime.lifeline import watch_lifeline
 from zbus.runtime.logship import install_log_shipping
 from zbus.runtime.registration import CatalogRegistration, name_taken
 
@@ -54,6 +70,7 @@ log = logging.getLogger(__name__)
 #: Seconds before registering again when the catalog says the name is taken: the first
 #: wait, doubling up to the longest.
 NAME_TAKEN_RETRY = (0.5, 5.0)
+_WATCH_EVERY = 1.0  # seconds between looks at the essential threads that have no hook
 
 
 class _AdminServer(uvicorn.Server):
@@ -88,6 +105,10 @@ class Service:
         self._admin_task: asyncio.Task[None] | None = None
         self._registration: CatalogRegistration | None = None
         self._registration_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._essential: list[threading.Thread] = []
+        #: Why the service stopped by itself (:meth:`fail`); None while it has not.
+        self.failure: str | None = None
         self.admin_app: FastAPI = create_admin_app(self)
         ProcessCollector(registry=self.registry)
         Info("zbus_service", "The service and its version", registry=self.registry).info(
@@ -172,6 +193,7 @@ class Service:
             "version": __version__,
             "uptime_seconds": round(self.uptime(), 3),
             "started_at": self.started_at,
+            "pid": os.getpid(),
             "endpoints": {**self.endpoints, "admin": self.admin_url},
         }
 
@@ -183,13 +205,21 @@ class Service:
         ``port=0`` binds any free port; the endpoint really bound is recorded in
         :attr:`endpoints` under ``name``. With ``open_zap`` the ZAP handler admits any
         CURVE key on this socket, and the service checks the peer's key itself.
+
+        Raises:
+            ConfigError: the port cannot be bound (in use, or not an address of this host).
         """
         sock = self.ctx.socket(kind)
         self.secure(sock)
         if open_zap:
             sock.zap_domain = OPEN_DOMAIN.encode()
         self._sockets.append(sock)
-        sock.bind(f"tcp://{self.settings.host}:{port}")
+        try:
+            sock.bind(f"tcp://{self.settings.host}:{port}")
+        except zmq.ZMQError as exc:
+            raise ConfigError(
+                f"cannot bind the {name} port {self.settings.host}:{port}: {exc.strerror}"
+            ) from None
         self.endpoints[name] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return sock
 
@@ -224,26 +254,77 @@ class Service:
         """Begin a graceful shutdown (safe to call more than once, from the loop)."""
         self._stop.set()
 
+    def fail(self, reason: str) -> None:
+        """Stop because a part the service cannot serve without failed (from the loop).
+
+        The first reason is kept in :attr:`failure` and logged; ``/healthz`` answers 503
+        from now on, and :func:`run` exits with status 1 once the service has stopped.
+        """
+        if self.failure is None:
+            self.failure = reason
+            log.error("the service cannot serve any more; stopping", extra={"error": reason})
+        self.request_stop()
+
+    def essential(self, thread: threading.Thread) -> None:
+        """Mark ``thread`` as one the service cannot serve without.
+
+        When it ends while it was not asked to stop, the service :meth:`fail`s: at once
+        for an :class:`~zbus.common.threads.EssentialThread` (through its death hook,
+        with the cause), within a second for any other thread once it has started.
+        """
+        self._essential.append(thread)
+        if isinstance(thread, EssentialThread):
+            thread.on_death(self._thread_died)
+
+    def _thread_died(self, thread: EssentialThread, cause: BaseException | None) -> None:
+        # In the dying thread: hand over to the loop, which owns the shutdown.
+        reason = f"thread {thread.name} " + (
+            f"died: {cause!r}" if cause is not None else "ended without being asked to"
+        )
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                loop.call_soon_threadsafe(self.fail, reason)
+                return
+        if self.failure is None:  # after the loop: run() still exits with status 1
+            self.failure = reason
+
+    async def _watch_essentials(self) -> None:
+        """Fail when a started essential thread is gone (those without a death hook)."""
+        while True:
+            for thread in self._essential:
+                if thread.ident is not None and not thread.is_alive():
+                    halted = isinstance(thread, EssentialThread) and thread.halted
+                    if not halted:
+                        self.fail(f"thread {thread.name} is gone")
+            await asyncio.sleep(_WATCH_EVERY)
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
     # --------------------------------------------------------------- running
     async def run(self) -> None:
-        """Run until stopped; returns once everything is closed."""
-        loop = asyncio.get_running_loop()
+        """Run until stopped (a signal, :meth:`request_stop`, or the lifeline closing);
+        returns once everything is closed."""
+        loop = self._loop = asyncio.get_running_loop()
         handled: list[signal.Signals] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 handled.append(sig)
+        unwatch: Callable[[], None] | None = None
         try:
+            if self.settings.lifeline_fd is not None:
+                unwatch = watch_lifeline(loop, self.settings.lifeline_fd, self.request_stop)
             await self._start_all()
             log.info("service ready", extra={"endpoints": self.info()["endpoints"]})
             self._register()
             await self._stop.wait()
         finally:
             await self._shutdown()
+            if unwatch is not None:
+                unwatch()
             for sig in handled:
                 loop.remove_signal_handler(sig)
 
@@ -260,6 +341,7 @@ class Service:
                     zmq.Context.shadow(self.ctx), self.settings.curve_allowed_clients
                 )
                 self._zap.start()
+                self.essential(self._zap.thread)  # no ZAP handler: no CURVE client gets in
         elif self.settings.curve_allowed_clients is not None:
             raise ConfigError("curve_allowed_clients needs curve_secret_key as well")
         for name in ("catalog_public_key", "eventbus_public_key", "broker_public_key"):
@@ -267,7 +349,8 @@ class Service:
                 raise ConfigError(f"{name} needs curve_secret_key as well")
         await self.start()
         await self._start_admin()
-        self._tasks = [asyncio.create_task(self._guard(c)) for c in self.background()]
+        background = (*self.background(), self._watch_essentials())
+        self._tasks = [asyncio.create_task(self._guard(c)) for c in background]
         self._ready = True
 
     async def _guard(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -276,13 +359,13 @@ class Service:
             await coro
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("background task failed; stopping the service")
-            self.request_stop()
+            name = getattr(coro, "__qualname__", "of the service")
+            self.fail(f"background task {name} failed: {exc!r}")
 
     async def _start_admin(self) -> None:
-        sock = socket.socket(socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = _admin_listener(self.settings.host)
         try:
             sock.bind((self.settings.host, self.settings.admin_port))
         except OSError as exc:
@@ -359,6 +442,24 @@ class Service:
                 await self._admin_task
 
 
+def _admin_listener(host: str) -> socket.socket:
+    """The admin API's listening socket, not yet bound.
+
+    A response goes out in two writes (headers, then body). Under Nagle's algorithm the
+    second waits for the ACK of the first, which a client on a kept-alive connection
+    delays by 40 ms: a request on a kept-alive connection took 44 ms instead of 1.
+    asyncio sets TCP_NODELAY on every connection it accepts, but only when the listening
+    socket's protocol is IPPROTO_TCP, and a socket made with protocol 0 is not; so the
+    protocol is given. TCP_NODELAY on the listener as well: Linux copies it to every
+    accepted socket.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 def main(service_class: type[Service], settings_class: type[ServiceSettings]) -> None:
     """Entry point of ``python -m zbus.<name>``: settings, logging, run."""
     run(service_class, settings_class, sys.argv[1:])
@@ -374,18 +475,25 @@ def run(
         raise SystemExit(2) from None
     configure_logging(service_class.name, settings.log_level)
     shipper = None
+    service: Service | None = None
     try:
         if settings.eventbus_endpoint:
             shipper = install_log_shipping(
                 service_class.name, settings.eventbus_endpoint, curve=_log_shipping_curve(settings)
             )
-        asyncio.run(service_class(settings).run())
+        service = service_class(settings)
+        asyncio.run(service.run())
     except ConfigError as exc:
         log.error("cannot start", extra={"error": str(exc)})
         raise SystemExit(2) from None
     finally:
         if shipper is not None:
             shipper.close()
+    if service.failure is not None:
+        # A supervisor (the launcher, compose, Kubernetes) restarts a service that exits
+        # non-zero; one that stopped serving must not look like a clean stop.
+        log.error("exiting after a failure", extra={"error": service.failure, "status": 1})
+        raise SystemExit(1)
 
 
 def _log_shipping_curve(settings: ServiceSettings) -> tuple[KeyPair, bytes] | None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeAlias
 
 from zbus.common.security import KeyPair
+from zbus.common.threads import EssentialThread
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 
 __all__ = ["Announcer", "Kind"]
@@ -53,7 +53,9 @@ class Announcer:
         self.timeout = timeout
         self.counted = counted
         self._queue: queue.SimpleQueue[tuple[Kind, str, Any] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="zbus-spark-announce", daemon=True)
+        #: Essential to the service: results it cannot announce would pile up here.
+        self.thread = EssentialThread("zbus-spark-announce", self._run)
+        self._thread = self.thread
         self._started = False
 
     def start(self) -> None:
@@ -70,6 +72,7 @@ class Announcer:
     def close(self, timeout: float = 5.0) -> None:
         """Publish what is queued (within ``timeout`` more or less), then stop."""
         if self._started:
+            self._thread.stop()
             self._queue.put(_STOP)
             self._thread.join(timeout)
 

@@ -52,13 +52,17 @@ class SparkWorkerSettings(ServiceSettings):
 
     admin_port: int = Field(8704, ge=0, le=65535, description="admin HTTP port (0: any)")
     shutdown_timeout: float = Field(
-        30.0, gt=0, description="seconds a shutdown waits for running jobs, then forces"
+        30.0, gt=0, le=3600, description="seconds a shutdown waits for running jobs, then forces"
     )
     broker_endpoint: str = Field(DEFAULT_ENDPOINT, description="the broker's worker port")
-    spark_queue: str = Field("spark", min_length=1, description="the queue jobs come from")
+    spark_queue: str = Field(
+        "spark", min_length=1, max_length=256, description="the queue jobs come from"
+    )
     concurrency: int = Field(2, ge=1, le=256, description="jobs run at once")
-    heartbeat_interval: float = Field(3.0, gt=0, description="seconds between heartbeats")
-    heartbeat_misses: int = Field(3, ge=1, description="silent intervals before reconnecting")
+    heartbeat_interval: float = Field(3.0, gt=0, le=3600, description="seconds between heartbeats")
+    heartbeat_misses: int = Field(
+        3, ge=1, le=100, description="silent intervals before reconnecting"
+    )
     spark_master: str = Field(
         "local[*]", description="local[N], spark://host:port (standalone) or k8s://https://..."
     )

@@ -27,6 +27,15 @@ T = TypeVar("T")
 
 _EPOCH_LIMIT: Final = 253_402_300_800  # 10000-01-01: past it, datetime cannot follow
 _DATE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
+_MAX_NUMBER: Final = 1e15  # any size or span a job takes, with room to spare
+_MAX_WHOLE: Final = 2**63 - 1  # what Spark's long holds
+
+
+def _shown(value: int | float) -> str:
+    """``repr(value)``, short: an int of thousands of digits is shown by its size."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
 
 
 def optional(params: Mapping[str, Any], name: str, parse: Callable[[str, Any], T]) -> T | None:
@@ -53,8 +62,9 @@ def parse_time(name: str, value: Any) -> datetime:
     if isinstance(value, bool):
         raise ParamError(name, f"expected ISO-8601 text or epoch seconds, got {value!r}")
     if isinstance(value, int | float):
-        if not (math.isfinite(value) and -_EPOCH_LIMIT < value < _EPOCH_LIMIT):
-            raise ParamError(name, f"epoch seconds out of range: {value!r}")
+        # The range first: math.isfinite() of an int beyond any float raises.
+        if not (-_EPOCH_LIMIT < value < _EPOCH_LIMIT and math.isfinite(value)):
+            raise ParamError(name, f"epoch seconds out of range: {_shown(value)}")
         return datetime.fromtimestamp(value, UTC)
     if isinstance(value, str):
         text = value.strip()
@@ -116,8 +126,8 @@ def parse_positive(name: str, value: Any) -> float:
     """A number > 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ParamError(name, f"expected a number, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ParamError(name, f"expected a number > 0, got {value!r}")
+    if not (0 < value <= _MAX_NUMBER):  # NaN and infinities fail too
+        raise ParamError(name, f"expected a number > 0 and <= 1e15, got {_shown(value)}")
     return float(value)
 
 
@@ -125,8 +135,10 @@ def parse_whole(name: str, value: Any, minimum: int = 1) -> int:
     """A whole number >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParamError(name, f"expected a whole number, got {value!r}")
-    if value < minimum:
-        raise ParamError(name, f"expected a whole number >= {minimum}, got {value!r}")
+    if not minimum <= value <= _MAX_WHOLE:
+        raise ParamError(
+            name, f"expected a whole number >= {minimum} and < 2**63, got {_shown(value)}"
+        )
     return value
 
 

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
 
-from pyspark import StatusTracker
+from pyspark import SparkContext, StatusTracker
 
-__all__ = ["JobBoard", "JobRecord", "Progress", "ProgressPoller", "read_progress"]
+from zbus.common.threads import EssentialThread
+
+__all__ = ["JobBoard", "JobRecord", "Progress", "ProgressPoller", "read_progress", "settle"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,23 @@ class Progress:
             },
             "fraction": done,
         }
+
+
+def settle(sc: SparkContext, timeout: float = 5.0) -> bool:
+    """Wait until Spark's listener bus has delivered every event posted so far.
+
+    The status tracker reads a store that a listener fills from that bus, in another
+    thread: when a query returns, the end of its Spark job is posted but may not be in the
+    store yet, so a read at once can miss the job or show it running. Returns False when
+    the bus did not empty within ``timeout`` seconds (a read then is a best effort).
+    """
+    try:
+        bus: Any = sc._jsc.sc().listenerBus()
+        bus.waitUntilEmpty(max(1, int(timeout * 1000)))
+    except Exception:  # a TimeoutException from the JVM, or the session gone
+        log.debug("Spark's listener bus did not settle", exc_info=True)
+        return False
+    return True
 
 
 def read_progress(tracker: StatusTracker, group: str) -> Progress:
@@ -197,12 +216,15 @@ class ProgressPoller:
         self.on_change = on_change
         self.interval = interval
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zbus-spark-progress", daemon=True)
+        # Essential to the service: it also re-makes a session a job stopped.
+        self.thread = EssentialThread("zbus-spark-progress", self._run)
+        self._thread = self.thread
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        self._thread.stop()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)

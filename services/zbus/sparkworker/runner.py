@@ -32,7 +32,7 @@ from zbus.sparkworker.errors import (
 from zbus.sparkworker.jobs.base import JobContext, job_context
 from zbus.sparkworker.jobs.registry import JobRegistry
 from zbus.sparkworker.jobs.results import materialise
-from zbus.sparkworker.progress import JobBoard, read_progress
+from zbus.sparkworker.progress import JobBoard, read_progress, settle
 from zbus.sparkworker.session import SparkSessionManager
 
 __all__ = ["JobRunner"]
@@ -181,6 +181,7 @@ class JobRunner:
     def _last_progress(self, sc: SparkContext, job_id: str) -> None:
         """The job's final Spark numbers, and its thread out of the job group."""
         try:
+            settle(sc)  # the job's last Spark events reach the status tracker first
             self.board.update(job_id, read_progress(sc.statusTracker(), job_id))
             # None removes the property (PySpark passes it to the JVM as null).
             sc.setLocalProperty("spark.jobGroup.id", cast(str, None))

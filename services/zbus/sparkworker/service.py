@@ -230,6 +230,7 @@ class SparkWorkerService(Service):
                 counted=self._count_announcement,
                 curve=self.curve_client(self.settings.eventbus_public_key),
             )
+            self.essential(self.announcer.thread)
             self.announcer.start()
         self.poller = ProgressPoller(
             self.board,
@@ -238,6 +239,7 @@ class SparkWorkerService(Service):
             self._announce_progress if self.settings.announce_progress else None,
             self.settings.progress_interval,
         )
+        self.essential(self.poller.thread)
         self._task = asyncio.create_task(self._serve(), name="zbus-sparkworker")
         self._task.add_done_callback(self._ended)
 
@@ -263,8 +265,9 @@ class SparkWorkerService(Service):
         await self.worker.run()
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("sparkworker failed; stopping the service", exc_info=task.exception())
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("sparkworker failed; stopping the service", exc_info=exc)
+            self.fail(f"the worker failed: {exc!r}")
         self.request_stop()
 
     def checks(self) -> dict[str, bool]:

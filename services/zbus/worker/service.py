@@ -34,6 +34,12 @@ from prometheus_client.registry import Collector
 from pydantic import Field, field_validator
 
 from zbus.broker.client.worker import DEFAULT_ENDPOINT, Outcome, Worker
+from zbus.broker.core.limits import (
+    MAX_HEARTBEAT_INTERVAL,
+    MAX_HEARTBEAT_MISSES,
+    MAX_QUEUE_CHARS,
+    MAX_WORKER_QUEUES,
+)
 from zbus.common.protocols.emqp import EventmqCall
 from zbus.common.settings import ConfigError, ServiceSettings
 from zbus.runtime.service import Service, run
@@ -57,14 +63,23 @@ class WorkerSettings(ServiceSettings):
     allow_import: bool = Field(
         False, description="import unregistered callables from their path, as eventmq does"
     )
-    heartbeat_interval: float = Field(3.0, gt=0, description="seconds between heartbeats")
-    heartbeat_misses: int = Field(3, ge=1, description="silent intervals before reconnecting")
+    heartbeat_interval: float = Field(
+        3.0, gt=0, le=MAX_HEARTBEAT_INTERVAL, description="seconds between heartbeats"
+    )
+    heartbeat_misses: int = Field(
+        3, ge=1, le=MAX_HEARTBEAT_MISSES, description="silent intervals before reconnecting"
+    )
 
     @field_validator("queues")
     @classmethod
     def _some_queue(cls, value: str) -> str:
-        if not _csv(value):
+        names = _csv(value)
+        if not names:
             raise ValueError("at least one queue name is needed")
+        if len(names) > MAX_WORKER_QUEUES or max(map(len, names)) > MAX_QUEUE_CHARS:
+            raise ValueError(
+                f"at most {MAX_WORKER_QUEUES} queues of at most {MAX_QUEUE_CHARS} characters"
+            )
         return value
 
 
@@ -149,8 +164,9 @@ class WorkerService(Service):
         self._task.add_done_callback(self._worker_ended)
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("worker failed; stopping the service", exc_info=task.exception())
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("worker failed; stopping the service", exc_info=exc)
+            self.fail(f"the worker failed: {exc!r}")  # exit status 1: a supervisor restarts it
         self.request_stop()
 
     async def drain(self) -> None:

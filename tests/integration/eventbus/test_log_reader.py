@@ -57,16 +57,15 @@ async def test_pages_the_log_by_cursor_and_subtree(tmp_path: Path) -> None:
         assert events[3].unpack() == {"i": 3} and events[3].producer == "log-test"
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", events[3].ts)
 
-        # Under a subtree the cursor is the last sequence returned; a full last page
-        # cannot know it was the last, so one empty page ends the walk.
+        # Under a subtree the cursor is the last sequence returned; the bus looks one
+        # event ahead, so a full last page knows it is the last.
         pages = await asyncio.to_thread(read_all, ends.snapshot, ("/b/",), 4)
         assert [[e.seq for e in p.events] for p in pages] == [
             [2, 4, 6, 8],
             [10, 12, 14, 16],
             [18, 20, 22, 24],
-            [],
         ]
-        assert [p.next_after for p in pages] == [8, 16, 24, None]
+        assert [p.next_after for p in pages] == [8, 16, None]
 
         def more() -> None:
             with LogReader(ends.snapshot, timeout=10 * UNIT) as reader:

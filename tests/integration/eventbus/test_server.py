@@ -215,7 +215,13 @@ async def test_malformed_messages_on_every_socket_change_nothing(tmp_path: Path)
             def rejected(sock: str) -> float:
                 return sum(
                     _sample(bus, "zbus_eventbus_rejected_total", socket=sock, reason=r)
-                    for r in ("frame_count", "bad_value", "unknown_command", "malformed")
+                    for r in (
+                        "frame_count",
+                        "bad_value",
+                        "unknown_command",
+                        "malformed",
+                        *(f"bad_{field}" for field in ("topic", "producer", "timestamp", "uuid")),
+                    )
                 )
 
             await async_wait_for(
@@ -244,7 +250,15 @@ async def test_malformed_messages_on_every_socket_change_nothing(tmp_path: Path)
 
 
 async def test_a_subscriber_that_never_reads_does_not_stall_the_bus(tmp_path: Path) -> None:
-    async with running_bus(tmp_path, publisher_hwm=50, stream_hwm=5) as bus:
+    # Bounds of a few messages per door (events of up to 16 kB, stream messages 256 kB).
+    async with running_bus(
+        tmp_path,
+        max_event_bytes=16 * 1024,
+        publisher_peer_bytes=1024 * 1024,
+        stream_peer_bytes=6 * 256 * 1024,
+    ) as bus:
+        bounds = bus.settings.bounds()
+        assert (bounds.publisher.hwm, bounds.stream.hwm) == (54, 5)
         ctx = zmq.asyncio.Context()
         lazy = ctx.socket(zmq.SUB)
         lazy.rcvhwm = 10
@@ -270,6 +284,9 @@ async def test_a_subscriber_that_never_reads_does_not_stall_the_bus(tmp_path: Pa
                 last = confirms[-1][1]
             assert last == 2000
             assert _sample(bus, "zbus_eventbus_events_broadcast_total", socket="publisher") == 2000
+            # What the bus dropped for the two that read nothing is counted.
+            for sock in ("publisher", "stream"):
+                assert _sample(bus, "zbus_eventbus_overflows_total", socket=sock) >= 1, sock
         finally:
             for s in (lazy, lazy_stream, dealer):
                 s.close(linger=0)

@@ -27,6 +27,7 @@ from zbus.common.protocols.eventbus import (
     Broadcast,
     Dialect,
     EventBusCommand,
+    EventFieldError,
     Heartbeat,
     Pub,
     Sync,
@@ -43,7 +44,7 @@ from zbus.common.protocols.eventbus import (
 U64_MAX = 2**64 - 1
 UUID = "5f0c3b1e-9a7d-4c2e-8b61-0d4e2f9a7c13"
 TS = "2026-11-22T08:35:32.862Z"
-# msgpack of {"hello": "world"} in the old spec (fixmap, fixraw): what the Node peer sends.
+# msgpack of {"hello": "world"} (fixmap, fixstr) as the Node peer's msgpack-c 1.1 writes it.
 NODE_DATA = b"\x81\xa5hello\xa5world"
 SEQ_1 = b"\x00\x00\x00\x00\x00\x00\x00\x01"
 SEQ_0 = b"\x00\x00\x00\x00\x00\x00\x00\x00"
@@ -100,8 +101,9 @@ def commands(kind: type, dialect: Dialect) -> SearchStrategy[EventBusCommand]:
     if kind is Heartbeat:
         return st.builds(Heartbeat, sequences)
     if kind is Pub:
-        # A leading NUL is reserved for zbus's extension commands (ADR 0002).
-        topics = texts.filter(lambda topic: not topic.startswith("\0"))
+        # A leading NUL is reserved for zbus's extension commands (ADR 0002), and a topic
+        # has at least one byte (the collector's range).
+        topics = st.text(min_size=1, max_size=40).filter(lambda topic: topic[0] != "\0")
         return st.builds(Pub, topics, pub_sequences(dialect), texts, timestamps, uuids, data)
     return st.builds(kind, texts, sequences, texts, timestamps, uuids, data)
 
@@ -175,7 +177,7 @@ SPEC_GOLDEN: list[tuple[list[bytes], EventBusCommand]] = [
 ]
 
 # As micro-toolkit/event-bus-zeromq writes them (PEERS.md): decimal text, ',' lists,
-# `null` PUB sequences, JavaScript timestamps, uuid4 text, old-spec msgpack.
+# `null` PUB sequences, JavaScript timestamps, uuid4 text, msgpack from msgpack-c 1.1.
 NODE_GOLDEN: list[tuple[list[bytes], EventBusCommand]] = [
     (
         [b"SYNCSTART", b"/demo/,/other/", b"0"],
@@ -222,7 +224,7 @@ def test_golden_node_frames(frames: list[bytes], cmd: EventBusCommand) -> None:
 
 def test_node_event_data_unpacks_leniently() -> None:
     assert unpack_data(NODE_DATA, lenient=True) == {"hello": "world"}
-    # Old-spec raw holding bytes that are not UTF-8 only unpacks in lenient mode.
+    # A str holding bytes that are not UTF-8 only unpacks in lenient mode.
     raw_binary = b"\x81\xa3key\xa3\xff\xfe\xfd"
     assert unpack_data(raw_binary, lenient=True) == {b"key": b"\xff\xfe\xfd"}
     with pytest.raises(FrameValueError, match="msgpack"):
@@ -297,9 +299,10 @@ def test_encode_rejects_subtrees_that_would_not_come_back(subtree: str) -> None:
         encode(SyncStart(("/ok/", subtree), 0))
 
 
-def test_encode_refuses_pub_topics_reserved_for_extensions() -> None:
-    with pytest.raises(FrameValueError, match="PUB: expected a topic that does not start"):
-        encode(Pub("\0ZB", None, "p", TS, UUID, b""))
+@pytest.mark.parametrize("topic", ["\0ZB", ""])
+def test_encode_refuses_pub_topics_reserved_for_extensions_or_empty(topic: str) -> None:
+    with pytest.raises(EventFieldError, match="PUB: expected a non-empty topic not starting"):
+        encode(Pub(topic, None, "p", TS, UUID, b""))
     # Only PUB is checked: the server never broadcasts such a topic.
     assert encode(Broadcast("\0ZB", 1, "p", TS, UUID, b""))[0] == b"\0ZB"
 
@@ -367,7 +370,8 @@ MALFORMED = [
     Case(C, S, [*GOOD, b""], FrameCountError, r"PUB: expected 6 frames, got '7 frames'", None),
     Case(C, N, replaced(GOOD, 1, b"NULL"), FrameValueError, rf"PUB {BAD_SEQ} ASCII", 1),
     Case(C, S, replaced(GOOD, 4, b"not-a-uuid"), FrameValueError, r"PUB frame 4: expected a", 4),
-    Case(C, S, replaced(GOOD, 0, b"\0ZB-PUB"), FrameValueError, r"PUB frame 0: expected a top", 0),
+    Case(C, S, replaced(GOOD, 0, b"\0ZB-PUB"), FrameValueError, r"PUB frame 0: expected a non-", 0),
+    Case(C, S, replaced(GOOD, 0, b""), FrameValueError, r"PUB frame 0: expected a non-empty", 0),
     Case(Q, S, [], FrameCountError, r"<unknown command>: expected a SYNCSTART command", None),
     Case(Q, S, [b"SYNC", b"", SEQ_0], UnknownCommandError, r".* frame 0: expected SYNCSTART", 0),
     Case(Q, S, [b"SYNCSTART", b""], FrameCountError, r"SYNCSTART: expected 3 frames, got '2", None),

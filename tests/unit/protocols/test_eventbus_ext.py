@@ -112,14 +112,21 @@ def commands(kind: type) -> SearchStrategy[ExtCommand]:
     if kind is Error:
         return st.builds(Error, texts)
     if kind is SnapshotQuery:
-        return st.builds(
-            SnapshotQuery,
-            st.lists(texts, max_size=4).map(tuple),
-            sequences,
-            st.none() | texts,
-            st.sampled_from(["latest", "log"]),
-            st.integers(1, MAX_LIMIT),
+        subtrees = st.lists(texts, max_size=4).map(tuple)
+        limits = st.integers(1, MAX_LIMIT)
+        # The cursor of mode "latest" is a topic, that of mode "log" a sequence.
+        latest = st.builds(
+            SnapshotQuery, subtrees, sequences, st.none() | texts, st.just("latest"), limits
         )
+        log = st.builds(
+            SnapshotQuery,
+            subtrees,
+            sequences,
+            st.none() | sequences.map(str),
+            st.just("log"),
+            limits,
+        )
+        return latest | log
     if kind is SnapshotPage:
         return st.builds(
             SnapshotPage,

@@ -38,7 +38,20 @@ def test_times(given: object, expected: datetime) -> None:
     assert parsed.utcoffset() == timedelta(0)
 
 
-@pytest.mark.parametrize("bad", ["yesterday", "2024-13-01", True, None, [1], float("inf"), 1e300])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "yesterday",
+        "2024-13-01",
+        True,
+        None,
+        [1],
+        float("inf"),
+        1e300,
+        pytest.param(10**400, id="int-beyond-float"),
+        pytest.param(-(10**400), id="negative-int-beyond-float"),
+    ],
+)
 def test_bad_times_name_the_parameter(bad: object) -> None:
     with pytest.raises(ParamError, match=r"^until: ") as raised:
         parse_time("until", bad)
@@ -89,11 +102,11 @@ def test_other_parsers() -> None:
         with pytest.raises(ParamError, match=r"^date: "):
             parse_date("date", bad)
     assert parse_positive("target_file_mb", 0.5) == 0.5
-    for bad in (0, -1, "1", True, float("nan")):
+    for bad in (0, -1, "1", True, float("nan"), float("inf"), 10**400, 1e300):
         with pytest.raises(ParamError, match=r"^target_file_mb: "):
             parse_positive("target_file_mb", bad)
     assert parse_whole("min_files", 3) == 3
-    for bad in (0, 1.5, "2", False):
+    for bad in (0, 1.5, "2", False, 2**63, 10**5000):
         with pytest.raises(ParamError, match=r"^min_files: "):
             parse_whole("min_files", bad)
     assert parse_text("path", " out ") == "out"

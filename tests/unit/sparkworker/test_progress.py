@@ -6,7 +6,13 @@ import threading
 
 from pyspark.sql import SparkSession
 
-from zbus.sparkworker.progress import JobBoard, Progress, ProgressPoller, read_progress
+from zbus.sparkworker.progress import (
+    JobBoard,
+    Progress,
+    ProgressPoller,
+    read_progress,
+    settle,
+)
 
 
 def test_a_job_groups_tasks_are_counted(spark: SparkSession) -> None:
@@ -21,6 +27,7 @@ def test_a_job_groups_tasks_are_counted(spark: SparkSession) -> None:
     thread = threading.Thread(target=work)
     thread.start()
     thread.join()
+    assert settle(sc)
     progress = read_progress(tracker, "group-1")
     assert progress.spark_jobs >= 1 and progress.spark_jobs_running == 0
     assert progress.tasks >= 4
@@ -65,6 +72,9 @@ def test_poller_reports_changes(spark: SparkSession) -> None:
     thread = threading.Thread(target=work)
     thread.start()
     thread.join()
+    # The status tracker learns of the job from Spark's listener bus, in another thread:
+    # read it once the bus has delivered what the finished query posted.
+    assert settle(sc)
     poller.poll()  # one round, in this thread
     assert seen and seen[-1]["job_id"] == "poll-1"
     progress = seen[-1]["progress"]

@@ -18,6 +18,7 @@ from zbus.broker.client.base import (
     BatchOptions,
     JobOptions,
     _check_timeout,
+    _check_wait,
     _check_window,
     _dealer,
     _OneJobOptions,
@@ -114,7 +115,7 @@ class AsyncBrokerClient:
         waiting = list(tracker.unacked)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        end = math.inf if timeout is None else start + timeout
+        end = start + _check_wait(timeout)
         while tracker.unacked:
             before = tracker.acks
             deadline = min(end, loop.time() + self.ack_timeout)
@@ -156,13 +157,14 @@ class AsyncBrokerClient:
 
     async def result(self, job_id: str, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """As :meth:`BrokerClient.result`."""
+        wait = _check_wait(timeout)
         self._start_reader()
         outcome = self._tracker.results.pop(job_id, None)
         if outcome is None:
             waiter: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
             self._result_waiters.setdefault(job_id, []).append(waiter)
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(None if math.isinf(wait) else wait):
                     outcome = await waiter
             except TimeoutError:
                 raise TimeoutError(f"no result for job {job_id} within {timeout:g}s") from None

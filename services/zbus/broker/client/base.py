@@ -14,6 +14,7 @@ from typing import Any, Final, TypedDict
 
 import zmq
 
+from zbus.broker.core import limits
 from zbus.common.protocols import emqp
 from zbus.common.protocols.errors import FrameValueError
 from zbus.common.security import KeyPair, make_client
@@ -72,26 +73,40 @@ class JobOptions(_OneJobOptions, total=False):
 _OPTION_NAMES: Final = JobOptions.__required_keys__ | JobOptions.__optional_keys__
 
 
-def _seconds_text(name: str, value: float) -> str:
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name}: expected a number of seconds >= 0, got {value!r}")
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+def _seconds_text(name: str, value: float, zero: str = "") -> str:
+    seconds = limits.check_seconds(name, value, limits.MAX_SECONDS, zero=zero)
+    return str(int(seconds)) if seconds.is_integer() else repr(seconds)
 
 
 def job_headers(
     retries: int | None = None, timeout: float | None = None, delay: float | None = None
 ) -> emqp.Headers:
-    """The REQUEST headers for these options (``reply-requested`` first, as eventmq sends)."""
+    """The REQUEST headers for these options (``reply-requested`` first, as eventmq sends).
+
+    Raises:
+        ValueError: naming the option, for a value outside its range (docs/broker.md,
+            "Ranges"): retries 0..1000, timeout and delay 0..30 days (timeout 0: none).
+    """
     headers: list[tuple[str, str]] = [("reply-requested", "")]
     if retries is not None:
-        if type(retries) is not int or retries < 0:
-            raise ValueError(f"retries: expected a whole number >= 0, got {retries!r}")
+        limits.check_count("retries", retries, 0, limits.MAX_RETRIES)
         headers.append(("retry-count", str(retries)))
     if timeout is not None:
-        headers.append(("timeout", _seconds_text("timeout", timeout)))
+        headers.append(("timeout", _seconds_text("timeout", timeout, "0: no timeout")))
     if delay is not None:
         headers.append(("delay", _seconds_text("delay", delay)))
     return tuple(headers)
+
+
+def check_job(queue: str, job_id: str | None) -> None:
+    """A queue name and a job id (when given) of 1 to 256 characters.
+
+    Raises:
+        ValueError: naming ``queue`` or ``job_id``.
+    """
+    limits.check_identifier("queue", queue, limits.MAX_QUEUE_CHARS)
+    if job_id is not None:
+        limits.check_identifier("job_id", job_id, limits.MAX_ID_CHARS)
 
 
 def call_body(
@@ -138,13 +153,61 @@ def _dealer(
     sock.connect(endpoint)
 
 
+def check_worker(
+    queues: Sequence[str],
+    concurrency: int,
+    heartbeat_interval: float,
+    misses: int,
+    drain_timeout: float,
+) -> None:
+    """The arguments of a :class:`~zbus.broker.client.worker.Worker`, in the broker's
+    ranges (docs/broker.md, "Ranges"): refused before any INFORM is sent.
+
+    Raises:
+        ValueError: naming the argument.
+    """
+    if isinstance(queues, str) or not queues or not all(queues):
+        raise ValueError(f"queues: expected a sequence of non-empty names, got {queues!r}")
+    limits.check_count("queues", len(queues), 1, limits.MAX_WORKER_QUEUES)
+    for name in queues:
+        limits.check_identifier("queues", name, limits.MAX_QUEUE_CHARS)
+    limits.check_count("concurrency", concurrency, 1, limits.MAX_WORKER_SLOTS)
+    limits.check_count("misses", misses, 1, limits.MAX_HEARTBEAT_MISSES)
+    limits.check_seconds(
+        "heartbeat_interval", heartbeat_interval, limits.MAX_HEARTBEAT_INTERVAL, positive=True
+    )
+    limits.check_seconds("drain_timeout", drain_timeout, limits.DAY, positive=True)
+
+
+#: Jobs one ``submit_many`` keeps unacknowledged at most (its ``window``).
+MAX_WINDOW: Final = 1_000_000
+#: Results a client keeps for later ``result`` calls at most (``max_results``).
+MAX_RESULTS: Final = 10_000_000
+#: Seconds a client waits for an ACK at most (``ack_timeout``): one day.
+MAX_ACK_TIMEOUT: Final = float(limits.DAY)
+
+
 def _check_window(window: int) -> int:
-    if window < 1:
-        raise ValueError(f"window: expected a number >= 1, got {window!r}")
-    return window
+    return limits.check_count("window", window, 1, MAX_WINDOW)
 
 
 def _check_timeout(ack_timeout: float) -> float:
-    if not (math.isfinite(ack_timeout) and ack_timeout > 0):
-        raise ValueError(f"ack_timeout: expected a number of seconds > 0, got {ack_timeout!r}")
-    return ack_timeout
+    return limits.check_seconds("ack_timeout", ack_timeout, MAX_ACK_TIMEOUT, positive=True)
+
+
+def _check_max_results(max_results: int) -> int:
+    return limits.check_count("max_results", max_results, 1, MAX_RESULTS)
+
+
+def _check_wait(timeout: float | None) -> float:
+    """A wait's ``timeout``: None (no limit), or seconds >= 0 (infinity: no limit)."""
+    if timeout is None:
+        return math.inf
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise limits.RangeError(
+            "timeout", timeout, "None or a number of seconds >= 0 (inf: no limit)"
+        )
+    try:
+        return float(timeout)
+    except OverflowError:  # an int beyond any float: no limit either
+        return math.inf

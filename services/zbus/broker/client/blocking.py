@@ -15,6 +15,7 @@ from zbus.broker.client.base import (
     BatchOptions,
     JobOptions,
     _check_timeout,
+    _check_wait,
     _check_window,
     _dealer,
     _OneJobOptions,
@@ -128,7 +129,7 @@ class BrokerClient:
         tracker = self._tracker
         waiting = list(tracker.unacked)
         start = time.monotonic()
-        end = math.inf if timeout is None else start + timeout
+        end = start + _check_wait(timeout)
         while tracker.unacked:
             before = tracker.acks
             deadline = min(end, time.monotonic() + self.ack_timeout)
@@ -175,7 +176,7 @@ class BrokerClient:
             TimeoutError: no result within ``timeout``.
         """
         results = self._tracker.results
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + _check_wait(timeout)
         while job_id not in results:
             if not self._read_until(deadline):
                 raise TimeoutError(f"no result for job {job_id} within {timeout:g}s")
@@ -228,7 +229,8 @@ class BrokerClient:
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        ms = -1 if math.isinf(left) else int(left * 1000) + 1
+        # A day at most per poll (ZeroMQ's timeout is a C long); the caller loops.
+        ms = -1 if math.isinf(left) else int(min(left, 86_400.0) * 1000) + 1
         self._sock.poll(ms, zmq.POLLIN)
         self._read()
         return True

@@ -17,7 +17,9 @@ from zbus.broker.client.base import (
     _OPTION_NAMES,
     DIALECT,
     JobOptions,
+    _check_max_results,
     call_body,
+    check_job,
     job_headers,
 )
 from zbus.broker.client.errors import JobFailed
@@ -66,24 +68,25 @@ class _Tracker:
     """What both clients know, without I/O: missing ACKs, kept results, drop counters."""
 
     def __init__(self, max_results: int) -> None:
-        if max_results < 1:
-            raise ValueError(f"max_results: expected a number >= 1, got {max_results!r}")
-        self.max_results = max_results
+        self.max_results = _check_max_results(max_results)
         self.unacked: dict[str, None] = {}  # an ordered set: oldest first
         self.results: dict[str, _Outcome] = {}
         self.acks = 0  # answers to submits seen; wait_acks measures progress by it
         self.counters = {"malformed": 0, "unexpected": 0, "handoffs": 0, "results_dropped": 0}
-        self._headers: dict[tuple[int | None, float | None, float | None], emqp.Headers] = {}
+        self._headers: dict[tuple[object, ...], emqp.Headers] = {}
 
     def request(self, queue: str, callable: str, options: JobOptions) -> tuple[str, list[bytes]]:
         """A new job id (unless given) and the REQUEST frames; the id now awaits its ACK."""
         unknown = options.keys() - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job options: {', '.join(sorted(unknown))}")
-        key = (options.get("retries"), options.get("timeout"), options.get("delay"))
+        check_job(queue, options.get("job_id") or None)
+        values = (options.get("retries"), options.get("timeout"), options.get("delay"))
+        # With the types: True == 1 and 1.0 == 1 as keys, but only an int is a count.
+        key = (*values, *map(type, values))
         headers = self._headers.get(key)
         if headers is None:
-            headers = job_headers(*key)
+            headers = job_headers(*values)
             if len(self._headers) < 64:
                 self._headers[key] = headers
         body = call_body(

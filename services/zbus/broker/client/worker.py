@@ -51,7 +51,7 @@ from typing import Any, Final, TypeVar, cast
 import zmq
 import zmq.asyncio
 
-from zbus.broker.client.base import NO_PATH
+from zbus.broker.client.base import NO_PATH, check_worker
 from zbus.broker.client.execution import _JobLoop, _JobThreads, _Running
 from zbus.broker.client.jobs import (
     BUILTIN_JOBS,
@@ -131,16 +131,7 @@ class Worker:
         context: zmq.asyncio.Context | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
-        if isinstance(queues, str) or not queues or not all(queues):
-            raise ValueError(f"queues: expected a sequence of non-empty names, got {queues!r}")
-        if concurrency < 1 or misses < 1:
-            raise ValueError(f"concurrency and misses must be >= 1, got {concurrency}, {misses}")
-        for name, value in (
-            ("heartbeat_interval", heartbeat_interval),
-            ("drain_timeout", drain_timeout),
-        ):
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: expected a number of seconds > 0, got {value!r}")
+        check_worker(queues, concurrency, heartbeat_interval, misses, drain_timeout)
         self.endpoint = endpoint
         self.queues = tuple(queues)
         self.concurrency = concurrency

@@ -31,12 +31,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from zbus.broker.core.errors import HeaderError, JobStateError, QueueFullError
+from zbus.broker.core.errors import JobStateError, QueueFullError, RangeError
 from zbus.broker.core.interface import (
     COUNTERS,
     Changes,
     CoreConfig,
     Outgoing,
+    OutOfRange,
     QueueView,
     Side,
     WorkerView,
@@ -50,8 +51,16 @@ from zbus.broker.core.lifecycle import (
     run_count,
     schedule_id,
 )
+from zbus.broker.core.limits import (
+    MAX_QUEUE_CHARS,
+    MAX_WORKER_QUEUES,
+    check_count,
+    check_identifier,
+    check_schedule,
+)
 from zbus.broker.core.model import TERMINAL, Headers, Job, JobState
 from zbus.broker.core.model import Schedule as StoredSchedule
+from zbus.broker.core.repair import repair_job, repair_stored
 from zbus.broker.core.routing import SchedulerPeer, WorkerState
 from zbus.broker.core.schedules import ScheduleBook
 from zbus.common.protocols.emqp import (
@@ -137,17 +146,17 @@ class BrokerCore:
         self._next_heartbeat = now + config.heartbeat_interval
         self._eventmq = config.compat == "eventmq"
 
-        table = self._table
-        for job in sorted(jobs, key=lambda j: j.updated if j.state in TERMINAL else j.created):
-            if job.state in TERMINAL:
-                table.remember(job, now)
-            elif job.state is JobState.RUNNING:
-                table.restarted(job, now)
-            else:
-                table.jobs[job.id] = job
-                table.enqueue(job, now)
+        # Rows out of range (written before the checks) are repaired, never refused.
+        jobs, schedules, repairs = repair_stored(jobs, schedules, now, self._book)
+        #: What the rebuild repaired or dropped in the stored rows, one line each.
+        self.repairs = repairs.notes
+        self.counters["repaired_rows"] = len(repairs.notes)
+        self._table.rebuild(jobs, repairs.jobs, now)
         for schedule in schedules:
             self._book.put(schedule)
+            if schedule.id in repairs.schedules:
+                self._dirty_schedules[schedule.id] = schedule
+        self._deleted_schedules.update(dict.fromkeys(repairs.dropped))
 
     # ================================================================== outputs
 
@@ -180,6 +189,12 @@ class BrokerCore:
 
     def _send(self, side: Side, identity: bytes, command: EmqpCommand) -> None:
         self._table.outbox.append(Outgoing(side, identity, command))
+
+    def _refusal(self, exc: Exception) -> str:
+        if isinstance(exc, RangeError):
+            self.counters["out_of_range"] += 1
+            return OutOfRange(exc)
+        return str(exc)
 
     def _unexpected(self, role: str, what: str) -> str:
         self.counters["unexpected_commands"] += 1
@@ -232,12 +247,12 @@ class BrokerCore:
             return None
         try:
             job = table.create(cmd.msgid, cmd.queue, cmd.headers, cmd.body, identity, now)
-        except (QueueFullError, HeaderError) as exc:
+        except (QueueFullError, RangeError) as exc:
             self.counters["rejected_requests"] += 1
             if not quiet:
                 body = give_up_body("rejected", type(exc).__name__, str(exc))
                 self._send(side, identity, Reply(self._new_id(), body, cmd.msgid))
-            return str(exc)
+            return self._refusal(exc)
         self.counters["requests"] += 1
         if not quiet:
             self._send(side, identity, Ack(self._new_id(), cmd.msgid))
@@ -273,14 +288,14 @@ class BrokerCore:
         """Store (or replace) a schedule; returns why it was refused, if it was."""
         interval = None if cmd.interval == -1 else float(cmd.interval)
         cron = cmd.cron if interval is None else None
-        if interval == 0:
-            return "SCHEDULE interval: expected a number of seconds > 0, got 0"
         try:
+            check_schedule(cmd.interval, cmd.cron)
+            check_identifier("queue", cmd.queue, MAX_QUEUE_CHARS)
             job_options(cmd.headers, self.config.default_retries)  # refuse now, not per run
             count = run_count(cmd.headers)
             first = self._book.first_run(interval, cron, now)
-        except ValueError as exc:  # HeaderError, CronError
-            return str(exc)
+        except ValueError as exc:  # RangeError (HeaderError), CronError
+            return self._refusal(exc)
         if count is not None and count <= 0:
             self._delete_schedule(sid)  # eventmq drops a schedule with no run left
             return None
@@ -315,7 +330,7 @@ class BrokerCore:
         try:
             s = schedule
             job = table.create(self._new_id(), s.queue, s.headers, s.body, None, now, s.id)
-        except QueueFullError:
+        except (QueueFullError, RangeError):  # a RangeError only from a hand-made row
             self.counters["schedule_runs_skipped"] += 1
             return
         self.counters["schedule_runs"] += 1
@@ -333,8 +348,7 @@ class BrokerCore:
         if worker is not None:
             worker.last_seen = now  # any command counts as a heartbeat (spec)
             if isinstance(cmd, Ready):
-                self._table.ready(worker, now)
-                return None
+                return self._table.ready(worker, now)
             if isinstance(cmd, Reply):
                 return self._table.reply(worker, cmd, now)
             if isinstance(cmd, Heartbeat):
@@ -381,6 +395,12 @@ class BrokerCore:
         if cmd.worker_type == "scheduler" or not cmd.queues:
             self._table.drop_worker(identity, "worker disconnected", now)
             return self._add_peer("worker", identity, cmd, now)
+        try:
+            check_count("INFORM queues", len(cmd.queues), 1, MAX_WORKER_QUEUES)
+            for name, _ in cmd.queues:
+                check_identifier("INFORM queue name", name, MAX_QUEUE_CHARS)
+        except RangeError as exc:  # nothing changes: a known worker keeps what it had
+            return self._refusal(exc)
         self._peers.pop(identity, None)
         self._start_heartbeats(now)
         known = identity in self._workers
@@ -524,7 +544,7 @@ class BrokerCore:
             raise QueueFullError(self.config.max_queued)
         table.finished.pop(job.id, None)
         again = replace(
-            known,
+            repair_job(known, now)[0],  # a row from before the range checks
             state=JobState.QUEUED,
             attempts=0,
             not_before=now,

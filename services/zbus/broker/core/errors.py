@@ -2,9 +2,38 @@
 
 from __future__ import annotations
 
+from zbus.errors import ZbusError
 
-class BrokerError(Exception):
+
+class BrokerError(ZbusError):
     """Base of every error the broker raises on purpose."""
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut short: an error message must not carry a whole hostile frame."""
+    if isinstance(value, int) and value.bit_length() > 192:  # repr() fails past 4,300 digits
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    return f"{text[:limit]}... ({size} characters)"
+
+
+class RangeError(BrokerError, ValueError):
+    """A number or a size outside its documented range (docs/broker.md, "Ranges").
+
+    Attributes:
+        field: what the value is: a header, an argument, a command's field.
+        value: the value as given.
+        expected: the range, in words.
+    """
+
+    def __init__(self, field: str, value: object, expected: str, message: str = "") -> None:
+        super().__init__(message or f"{field}: expected {expected}, got {shown(value)}")
+        self.field = field
+        self.value = value
+        self.expected = expected
 
 
 class CronError(BrokerError, ValueError):
@@ -20,18 +49,20 @@ class CronError(BrokerError, ValueError):
         self.field = field
 
 
-class HeaderError(BrokerError, ValueError):
-    """A job header (``retry-count``, ``timeout``, ``delay``) with a value out of range.
+class HeaderError(RangeError):
+    """A job header (``retry-count``, ``timeout``, ``delay``, ``run_count``) whose value is
+    not a number in its range.
 
     Attributes:
-        header: the header's name.
+        header: the header's name (also :attr:`field`).
         value: the value as sent.
     """
 
     def __init__(self, header: str, value: str, expected: str) -> None:
-        super().__init__(f"header {header}: expected {expected}, got {value!r}")
+        super().__init__(
+            header, value, expected, f"header {header}: expected {expected}, got {shown(value)}"
+        )
         self.header = header
-        self.value = value
 
 
 class QueueFullError(BrokerError):

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from typing import Final, Literal, TypeAlias
 
+from zbus.broker.core.limits import (
+    MAX_HEARTBEAT_INTERVAL,
+    MAX_HEARTBEAT_MISSES,
+    MAX_QUEUED,
+    MAX_RETRIES,
+    MAX_SECONDS,
+    check_count,
+    check_seconds,
+)
 from zbus.broker.core.model import Job, Schedule
 from zbus.common.protocols.emqp import EmqpCommand
 
@@ -35,6 +43,8 @@ COUNTERS: Final = (
     "rejected_schedules",  # bad interval, cron expression or header
     "schedule_runs",
     "schedule_runs_skipped",  # due while max_queued was reached
+    "out_of_range",  # refused: a number or size outside its range (docs/broker.md)
+    "repaired_rows",  # stored jobs and schedules repaired (or dropped) by the rebuild
 )
 
 
@@ -73,28 +83,33 @@ class CoreConfig:
     cron_tz: tzinfo = field(default=UTC)
 
     def __post_init__(self) -> None:
-        positive = {
-            "heartbeat_interval": self.heartbeat_interval,
-            "heartbeat_misses": self.heartbeat_misses,
-            "max_queued": self.max_queued,
-        }
-        for name, value in positive.items():
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"CoreConfig.{name}: expected a number > 0, got {value!r}")
-        at_least_zero = {
-            "default_retries": self.default_retries,
-            "backoff_base": self.backoff_base,
-            "backoff_max": self.backoff_max,
-            "finished_ttl": self.finished_ttl,
-            "max_finished": self.max_finished,
-        }
-        for name, value in at_least_zero.items():
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"CoreConfig.{name}: expected a number >= 0, got {value!r}")
+        # The same ranges as the broker's settings (docs/broker.md, "Ranges").
+        for name, value, high in (
+            ("heartbeat_interval", self.heartbeat_interval, MAX_HEARTBEAT_INTERVAL),
+            ("backoff_base", self.backoff_base, MAX_SECONDS),
+            ("backoff_max", self.backoff_max, MAX_SECONDS),
+            ("finished_ttl", self.finished_ttl, MAX_SECONDS),
+        ):
+            check_seconds(f"CoreConfig.{name}", value, high, positive=name == "heartbeat_interval")
+        for name, count, low, most in (
+            ("heartbeat_misses", self.heartbeat_misses, 1, MAX_HEARTBEAT_MISSES),
+            ("default_retries", self.default_retries, 0, MAX_RETRIES),
+            ("max_queued", self.max_queued, 1, MAX_QUEUED),
+            ("max_finished", self.max_finished, 0, MAX_QUEUED),
+        ):
+            check_count(f"CoreConfig.{name}", count, low, most)
         if self.compat not in ("spec", "eventmq"):
             raise ValueError(
                 f"CoreConfig.compat: expected 'spec' or 'eventmq', got {self.compat!r}"
             )
+
+
+class OutOfRange(str):
+    """Why the core refused a message, when the cause is a number or a size outside its
+    range (docs/broker.md, "Ranges"): the text for the log line, and the wiring counts it
+    under the reason ``out_of_range`` rather than ``refused``."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

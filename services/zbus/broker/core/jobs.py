@@ -11,12 +11,12 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import Final
 
 from zbus.broker.core.errors import QueueFullError
-from zbus.broker.core.interface import CoreConfig, Outgoing, Side
+from zbus.broker.core.interface import CoreConfig, Outgoing, OutOfRange, Side
 from zbus.broker.core.lifecycle import (
     JobEvent,
     backoff,
@@ -27,6 +27,13 @@ from zbus.broker.core.lifecycle import (
     next_state,
     settled,
     worker_error,
+)
+from zbus.broker.core.limits import (
+    MAX_ID_CHARS,
+    MAX_QUEUE_CHARS,
+    MAX_STORED_COUNT,
+    MAX_WORKER_SLOTS,
+    check_identifier,
 )
 from zbus.broker.core.model import TERMINAL, Headers, Job, JobState
 from zbus.broker.core.routing import QueueState, Router, SchedulerPeer, WorkerState
@@ -120,10 +127,13 @@ class JobTable:
 
         Raises:
             QueueFullError: when ``max_queued`` unfinished jobs are held already.
-            HeaderError: for a bad ``retry-count``, ``timeout`` or ``delay``.
+            RangeError: a job id or queue name of more than 256 characters (or none),
+                or (HeaderError) a bad ``retry-count``, ``timeout`` or ``delay``.
         """
         if len(self.jobs) >= self.config.max_queued:
             raise QueueFullError(self.config.max_queued)
+        check_identifier("job id", job_id, MAX_ID_CHARS)
+        check_identifier("queue", queue, MAX_QUEUE_CHARS)
         options = job_options(headers, self.config.default_retries)
         job = Job(
             id=job_id,
@@ -142,6 +152,21 @@ class JobTable:
         )
         self.store(job)
         return job
+
+    def rebuild(self, jobs: Iterable[Job], repaired: Collection[str], now: float) -> None:
+        """Take the store's jobs at start (ADR 0003 decision 2): queued jobs are queued
+        again, running ones :meth:`restarted`, terminal ones remembered; the ids in
+        ``repaired`` (values the rebuild repaired) are written back."""
+        for job in sorted(jobs, key=lambda j: j.updated if j.state in TERMINAL else j.created):
+            if job.id in repaired:
+                self.dirty[job.id] = job
+            if job.state in TERMINAL:
+                self.remember(job, now)
+            elif job.state is RUNNING:
+                self.restarted(job, now)
+            else:
+                self.jobs[job.id] = job
+                self.enqueue(job, now)
 
     # ------------------------------------------------------------------ routing
 
@@ -163,16 +188,21 @@ class JobTable:
                 break
             self._dispatch(self.jobs[job_id], router.take_slot(q), q, now)
 
-    def ready(self, worker: WorkerState, now: float) -> None:
+    def ready(self, worker: WorkerState, now: float) -> OutOfRange | None:
         """A READY: the oldest ready job of the worker's highest-priority queue that has
-        one (eventmq's router), or else a slot that waits, least recently used first."""
+        one (eventmq's router), or else a slot that waits, least recently used first.
+        A worker holds at most MAX_WORKER_SLOTS unused slots; a READY beyond is dropped."""
         for q in worker.queues:
             if q.ready:
                 job_id = self.router.pop_ready(q)
                 if job_id is not None:
                     self._dispatch(self.jobs[job_id], worker, q, now)
-                    return
+                    return None
+        if len(worker.tokens) >= MAX_WORKER_SLOTS:
+            self.counters["out_of_range"] += 1
+            return OutOfRange(f"READY beyond {MAX_WORKER_SLOTS} unused slots of a worker: dropped")
         self.router.add_slot(worker)
+        return None
 
     def _dispatch(self, job: Job, worker: WorkerState, q: QueueState, now: float) -> None:
         running = dispatched(job, worker.identity, now)
@@ -261,11 +291,11 @@ class JobTable:
         """
         # The broker failed, not the job: the attempt does not use up one of the job's
         # retries, so an accepted job with no retries left still runs (nothing
-        # acknowledged is lost on a kill -9).
+        # acknowledged is lost on a kill -9). The credit stops at what the store holds.
         again = replace(
             job,
             state=JobState.QUEUED,
-            max_retries=job.max_retries + 1,
+            max_retries=min(job.max_retries + 1, MAX_STORED_COUNT),
             worker=None,
             started=None,
             not_before=now,

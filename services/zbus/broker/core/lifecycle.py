@@ -13,12 +13,17 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from zbus.broker.core.errors import HeaderError
+from zbus.broker.core.limits import (
+    MAX_RETRIES,
+    MAX_RUN_COUNT,
+    MAX_SECONDS,
+    parse_count,
+    parse_seconds,
+)
 from zbus.broker.core.model import Headers, Job, JobState
 
 
@@ -148,35 +153,42 @@ class JobOptions:
     delay: float
 
 
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise HeaderError(name, value, "a number of seconds >= 0")
-    return seconds
+# Header tuples repeat from job to job (the codec shares one per header text), so the
+# options read from the short ones are kept: the per-job cost is one dict lookup.
+_OPTIONS: dict[tuple[Headers, int], JobOptions] = {}
+_CACHE_LIMIT: Final = 512
+_CACHED_HEADERS_MAX: Final = 256  # characters: large header sets are not kept
 
 
 def job_options(headers: Headers, default_retries: int) -> JobOptions:
     """Read ``retry-count:N``, ``timeout:S`` and ``delay:S``; other headers pass through.
 
-    ``timeout:0`` means no timeout, as eventmq's jobmanager reads it.
+    ``timeout:0`` means no timeout, as eventmq's jobmanager reads it. The ranges are
+    :mod:`zbus.broker.core.limits`'s: retries 0..1000, seconds 0..30 days.
 
     Raises:
-        HeaderError: for a value that is not a count / a number of seconds.
+        HeaderError: for a value that is not a count / a number of seconds in its range.
     """
+    key = (headers, default_retries)
+    options = _OPTIONS.get(key)
+    if options is not None:
+        return options
     retries, timeout, delay = default_retries, None, 0.0
+    size = 0
     for name, value in headers:
+        size += len(name) + len(value)
         if name == "retry-count":
-            if not (value.isdigit() and value.isascii()):
-                raise HeaderError(name, value, "a whole number >= 0")
-            retries = int(value)
+            retries = parse_count(name, value, 0, MAX_RETRIES)
         elif name == "timeout":
-            timeout = _seconds(name, value) or None
+            timeout = parse_seconds(name, value, MAX_SECONDS, zero="0: no timeout") or None
         elif name == "delay":
-            delay = _seconds(name, value)
-    return JobOptions(retries, timeout, delay)
+            delay = parse_seconds(name, value, MAX_SECONDS)
+    options = JobOptions(retries, timeout, delay)
+    if size <= _CACHED_HEADERS_MAX:
+        if len(_OPTIONS) >= _CACHE_LIMIT:
+            _OPTIONS.clear()
+        _OPTIONS[key] = options
+    return options
 
 
 def forward_headers(headers: Headers) -> Headers:
@@ -195,13 +207,13 @@ def run_count(headers: Headers) -> int | None:
     """eventmq's ``run_count:N`` SCHEDULE header: how many more times it may fire.
 
     ``None`` for no limit: no header, or eventmq's ``-1``.
+
+    Raises:
+        HeaderError: for a value that is not -1 or a count in 0..1,000,000,000.
     """
     for name, value in headers:
         if name == "run_count":
-            digits = value.removeprefix("-")
-            if not (digits.isdigit() and digits.isascii()):
-                raise HeaderError(name, value, "a whole number")
-            count = int(value)
+            count = parse_count(name, value, -1, MAX_RUN_COUNT)
             return None if count == -1 else count
     return None
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import zmq
 
 from zbus.broker.core.broker import BrokerCore
-from zbus.broker.core.interface import CoreConfig
+from zbus.broker.core.interface import CoreConfig, OutOfRange
 from zbus.broker.server.config import BrokerSettings
 from zbus.broker.server.metrics import BrokerMetrics
 from zbus.broker.server.store import JobStore, StoreError
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 POLL_MS = 100
 PURGE_EVERY = 60.0
+_REPAIRS_LOGGED = 100  # repaired rows logged one by one at start; the rest are counted
 T = TypeVar("T")
 AdminCall = Callable[[BrokerCore, float], Any]
 
@@ -110,6 +111,13 @@ class Router(SocketThread):
         )
         self.core = BrokerCore(config, jobs, schedules, now=self.clock.time())
         self.metrics.counters(self.core.counters)
+        for note in self.core.repairs[:_REPAIRS_LOGGED]:
+            log.warning("stored row out of range, repaired", extra={"repair": note})
+        if len(self.core.repairs) > _REPAIRS_LOGGED:
+            log.warning(
+                "more stored rows repaired",
+                extra={"repaired": len(self.core.repairs) - _REPAIRS_LOGGED},
+            )
         self._flush()  # the rebuild requeues jobs that were running: write that first
         log.info(
             "job store loaded",
@@ -125,7 +133,9 @@ class Router(SocketThread):
             deadline = self.core.next_deadline()
             timeout = POLL_MS
             if deadline is not None:
-                timeout = max(0, min(POLL_MS, int((deadline - self.clock.time()) * 1000) + 1))
+                # In float first: a deadline far ahead must not overflow into the int.
+                wait_ms = (deadline - self.clock.time()) * 1000 + 1
+                timeout = int(max(0.0, min(POLL_MS, wait_ms)))
             ready = dict(poller.poll(timeout))
             now = self.clock.time()
             if self.clients in ready:
@@ -158,7 +168,8 @@ class Router(SocketThread):
                 continue
             problem = handle(identity, cmd, now)
             if problem is not None:
-                self._reject(side, identity, "refused", problem)
+                reason = "out_of_range" if isinstance(problem, OutOfRange) else "refused"
+                self._reject(side, identity, reason, problem)
 
     def _reject(self, side: str, identity: bytes, reason: str, detail: str) -> None:
         self.metrics.rejected.labels(side, reason).inc()

@@ -16,6 +16,7 @@ from fastapi import FastAPI, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from zbus.broker.core.broker import BrokerCore
+from zbus.broker.core.errors import RangeError
 from zbus.broker.core.model import Job, JobState
 from zbus.broker.server.config import BrokerSettings
 from zbus.broker.server.metrics import BrokerMetrics
@@ -98,6 +99,7 @@ class BrokerService(Service):
             self.clock,
             self.secure,
         )
+        self.essential(self.router)  # no routing thread, no broker: fail, exit non-zero
         self.router.start()
         await asyncio.to_thread(self.router.ready.wait)
         if self.router.failed is not None:
@@ -128,11 +130,13 @@ class BrokerService(Service):
         }
 
     async def drain(self) -> None:
-        self.router.stop()
-        await asyncio.to_thread(self.router.join)
+        if hasattr(self, "router"):  # not when the store failed to open
+            self.router.stop()
+            await asyncio.to_thread(self.router.join)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.store.close)
+        if hasattr(self, "store"):
+            await asyncio.to_thread(self.store.close)
 
     # ------------------------------------------------------------------ admin
     async def call(self, fn: Callable[[BrokerCore, float], T]) -> T:
@@ -267,7 +271,9 @@ class BrokerService(Service):
                 created = await self.call(
                     lambda core, now: core.submit(job_id, request.queue, tuple(headers), body, now)
                 )
-            except ValueError as exc:
+            except ValueError as exc:  # RangeError: a number or size outside its range
+                reason = "out_of_range" if isinstance(exc, RangeError) else "refused"
+                self.metrics.rejected.labels("admin", reason).inc()
                 raise HTTPException(422, str(exc)) from None
             return job_json(created)
 

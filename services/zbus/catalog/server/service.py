@@ -323,15 +323,20 @@ class CatalogService(Service):
                 self._dispatch(out)
 
     async def close(self) -> None:
-        asyncio.get_running_loop().remove_reader(self._raw.FD)
-        if self._flushing is not None:
-            await asyncio.gather(self._flushing, return_exceptions=True)
-        with contextlib.suppress(StoreError):
-            await self._flush()  # what the last turns changed
-        if self.beacon is not None:
-            await self.beacon.stop()  # its last beacon says the catalog is leaving
-        self.udp.close()
-        await asyncio.to_thread(self.store.close)
+        # After a failed start, only what the start got is there to release.
+        if hasattr(self, "_raw"):
+            asyncio.get_running_loop().remove_reader(self._raw.FD)
+            if self._flushing is not None:
+                await asyncio.gather(self._flushing, return_exceptions=True)
+        if hasattr(self, "core"):
+            with contextlib.suppress(StoreError):
+                await self._flush()  # what the last turns changed
+            if self.beacon is not None:
+                await self.beacon.stop()  # its last beacon says the catalog is leaving
+        if hasattr(self, "udp"):
+            self.udp.close()
+        if hasattr(self, "store"):
+            await asyncio.to_thread(self.store.close)
 
     def add_routes(self, app: FastAPI) -> None:
         @app.get("/api/v1/services", tags=["services"])

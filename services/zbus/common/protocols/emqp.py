@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from zbus.common.protocols.emqp_commands import (
     DEFAULT_QUEUE_WEIGHT,
+    MAX_QUEUE_WEIGHT,
+    MIN_QUEUE_WEIGHT,
     PROTOCOL,
     VERSION,
     Ack,
@@ -66,6 +68,8 @@ from zbus.common.protocols.emqp_eventmq import (
 __all__ = [
     "DEFAULT_QUEUE_WEIGHT",
     "EVENTMQ",
+    "MAX_QUEUE_WEIGHT",
+    "MIN_QUEUE_WEIGHT",
     "PROTOCOL",
     "SPEC",
     "VERSION",

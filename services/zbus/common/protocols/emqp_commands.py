@@ -11,6 +11,8 @@ from typing import ClassVar, Final, TypeAlias
 
 __all__ = [
     "DEFAULT_QUEUE_WEIGHT",
+    "MAX_QUEUE_WEIGHT",
+    "MIN_QUEUE_WEIGHT",
     "PROTOCOL",
     "VERSION",
     "Ack",
@@ -35,6 +37,10 @@ VERSION: Final = "1.0"
 #: Weight given to queues named in the spec's CSV form, which carries no weights.
 #: eventmq's own default queue list is ``[[10, "default"]]``.
 DEFAULT_QUEUE_WEIGHT: Final = 10
+#: The weights an INFORM may carry: a signed 64-bit integer, what any peer's JSON
+#: library reads back as an integer. Anything beyond is refused, not rounded.
+MIN_QUEUE_WEIGHT: Final = -(1 << 63)
+MAX_QUEUE_WEIGHT: Final = (1 << 63) - 1
 
 #: Headers in wire order; a bare flag such as ``reply-requested`` has the value ``""``.
 Headers: TypeAlias = tuple[tuple[str, str], ...]

@@ -16,6 +16,8 @@ from typing import Final, NoReturn, TypeAlias
 
 from zbus.common.protocols.emqp_commands import (
     DEFAULT_QUEUE_WEIGHT,
+    MAX_QUEUE_WEIGHT,
+    MIN_QUEUE_WEIGHT,
     PROTOCOL,
     VERSION,
     Ack,
@@ -40,6 +42,7 @@ from zbus.common.protocols.emqp_eventmq import (
 from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
+    NumberRangeError,
     UnknownCommandError,
     ascii_uint,
     expect_count,
@@ -176,6 +179,14 @@ def _decode_queues(frames: Sequence[bytes]) -> Queues:
                 or not item[1]
             ):
                 raise FrameValueError(PROTOCOL, expected, command="INFORM", frame=4, got=frames[4])
+            if not MIN_QUEUE_WEIGHT <= item[0] <= MAX_QUEUE_WEIGHT:
+                raise NumberRangeError(
+                    PROTOCOL,
+                    "queue weights in -2**63..2**63-1",
+                    command="INFORM",
+                    frame=4,
+                    got=frames[4],
+                )
             queues.append((item[1], item[0]))
         return tuple(queues)
     names = raw.split(",")

@@ -14,6 +14,8 @@ from typing import Any, Final
 
 from zbus.common.protocols.emqp_commands import (
     DEFAULT_QUEUE_WEIGHT,
+    MAX_QUEUE_WEIGHT,
+    MIN_QUEUE_WEIGHT,
     PROTOCOL,
     VERSION,
     Ack,
@@ -31,7 +33,7 @@ from zbus.common.protocols.emqp_commands import (
 )
 from zbus.common.protocols.emqp_decode import _V10, SPEC, Dialect
 from zbus.common.protocols.emqp_eventmq import _check_call, _encode_headers
-from zbus.common.protocols.errors import FrameValueError, UnknownCommandError
+from zbus.common.protocols.errors import FrameValueError, NumberRangeError, UnknownCommandError
 
 __all__ = ["encode"]
 
@@ -95,6 +97,10 @@ def _encode_queues(queues: Queues, dialect: Dialect) -> bytes:
                     "queues as (non-empty name, int weight) pairs",
                     command="INFORM",
                     got=(name, weight),
+                )
+            if not MIN_QUEUE_WEIGHT <= weight <= MAX_QUEUE_WEIGHT:
+                raise NumberRangeError(
+                    PROTOCOL, "queue weights in -2**63..2**63-1", command="INFORM", got=weight
                 )
         return json.dumps([[weight, name] for name, weight in queues]).encode()
     names: list[str] = []

@@ -36,6 +36,9 @@ __all__ = [
 ]
 
 _CACHE_LIMIT: Final = 512
+# Only short header texts are cached: they are the ones that repeat, and a peer sending
+# many distinct large header frames must not make the cache hold megabytes.
+_CACHE_FRAME_MAX: Final = 256
 
 
 # --------------------------------------------------------------------------- headers
@@ -117,9 +120,10 @@ def _decode_headers(frames: Sequence[bytes], command: str, index: int) -> Header
     headers = _split_headers(text(PROTOCOL, command, frames, index, "headers"))
     if headers is None:
         raise FrameValueError(PROTOCOL, _HEADERS_EXPECTED, command=command, frame=index, got=raw)
-    if len(_HEADERS_BY_FRAME) >= _CACHE_LIMIT:
-        _HEADERS_BY_FRAME.clear()
-    _HEADERS_BY_FRAME[raw] = headers
+    if len(raw) <= _CACHE_FRAME_MAX:
+        if len(_HEADERS_BY_FRAME) >= _CACHE_LIMIT:
+            _HEADERS_BY_FRAME.clear()
+        _HEADERS_BY_FRAME[raw] = headers
     return headers
 
 
@@ -131,9 +135,10 @@ def _encode_headers(headers: Headers, command: str) -> bytes:
         raw = format_headers(headers).encode()
     except FrameValueError as exc:
         raise FrameValueError(PROTOCOL, exc.expected, command=command, got=headers) from None
-    if len(_FRAME_BY_HEADERS) >= _CACHE_LIMIT:
-        _FRAME_BY_HEADERS.clear()
-    _FRAME_BY_HEADERS[headers] = raw
+    if len(raw) <= _CACHE_FRAME_MAX:
+        if len(_FRAME_BY_HEADERS) >= _CACHE_LIMIT:
+            _FRAME_BY_HEADERS.clear()
+        _FRAME_BY_HEADERS[headers] = raw
     return raw
 
 

@@ -45,6 +45,10 @@ Decisions where the RFC is silent or loose (also in docs/protocols/eventbus.md):
   ``FrameValueError``. It does check subtree lists, which are not on the hot path.
 - A PUB topic may not start with a NUL byte: zbus's extension commands on the same
   sockets do (ADR 0002).
+- ``decode_collector`` (the bus's side) also holds every field of a PUB to its range:
+  topic, producer id, timestamp, uuid and data size (:mod:`eventbus_limits`); a field
+  outside it raises ``EventFieldError`` naming the field. Subtree lists have at most
+  ``MAX_SUBTREES`` items.
 - Event data is opaque bytes here; ``unpack_data`` unpacks it as msgpack on request.
 """
 
@@ -57,8 +61,6 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
-import msgpack
-
 from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
@@ -67,6 +69,16 @@ from zbus.common.protocols.errors import (
     ascii_uint,
     text,
     uint64,
+)
+from zbus.common.protocols.eventbus_data import unpack_data
+from zbus.common.protocols.eventbus_limits import (
+    DEFAULT_MAX_DATA_BYTES,
+    MAX_PRODUCER_BYTES,
+    MAX_TIMESTAMP_BYTES,
+    MAX_TOPIC_BYTES,
+    EventFieldError,
+    subtrees_out_of_range,
+    timestamp_in_range,
 )
 
 PROTOCOL = "eventbus"
@@ -196,7 +208,7 @@ _UUID_SHAPE = b"00000000-0000-0000-0000-000000000000"
 _split_subtrees = re.compile("[;,]").split
 # zbus's own commands on the spec's sockets start with a NUL byte (ADR 0002), so a PUB
 # topic may not, and no spec command can be taken for one of them.
-_NUL_TOPIC = "a topic that does not start with a NUL byte (reserved for zbus extensions)"
+_NUL_TOPIC = "a non-empty topic not starting with a NUL byte (reserved for zbus extensions)"
 
 
 # --- encoding -------------------------------------------------------------------------
@@ -222,8 +234,8 @@ def encode(cmd: EventBusCommand, dialect: Dialect = SPEC) -> list[bytes]:
                 cmd.data,
             ]
         if isinstance(cmd, Pub):
-            if cmd.topic[:1] == "\0":
-                raise FrameValueError(PROTOCOL, _NUL_TOPIC, command="PUB", got=cmd.topic)
+            if not cmd.topic or cmd.topic[:1] == "\0":
+                raise EventFieldError(PROTOCOL, "topic", _NUL_TOPIC, command="PUB", got=cmd.topic)
             seq = cmd.sequence
             if seq is None:
                 seq_frame = _NULL if ascii_seq else _ZERO
@@ -351,18 +363,61 @@ def decode_publisher(frames: Sequence[bytes], dialect: Dialect = SPEC) -> Broadc
     raise FrameCountError(PROTOCOL, "6 frames (BROADCAST) or 2 frames (HUGZ)", got=f"{n} frames")
 
 
-def decode_collector(frames: Sequence[bytes], dialect: Dialect = SPEC) -> Pub:
-    """Decode what a client sent to the COLLECTOR socket: PUB."""
+def decode_collector(
+    frames: Sequence[bytes], dialect: Dialect = SPEC, *, max_data: int = DEFAULT_MAX_DATA_BYTES
+) -> Pub:
+    """Decode what a client sent to the COLLECTOR socket: PUB, every field in its range.
+
+    Raises:
+        EventFieldError: a field that is malformed or outside its range (the error's
+            ``field`` names it); data longer than ``max_data`` bytes, say.
+        ProtocolError: anything else that is not a PUB.
+    """
     _count(frames, 6, "PUB")
-    if frames[0][:1] == b"\0":
-        raise FrameValueError(PROTOCOL, _NUL_TOPIC, command="PUB", frame=0, got=frames[0])
+    topic = frames[0]
+    if topic[:1] == b"\0" or not topic:
+        raise EventFieldError(PROTOCOL, "topic", _NUL_TOPIC, command="PUB", frame=0, got=topic)
+    # Sizes first, on the raw frames: an oversized frame is refused before it is decoded.
+    for index, field, limit in _PUB_LIMITS:
+        if len(frames[index]) > limit:
+            _too_long(frames, index, field, limit)
+    if len(frames[5]) > max_data:
+        _too_long(frames, 5, "data", max_data)
     ascii_seq = dialect.ascii_sequences
     sequence: int | None
     if frames[1] == (_NULL if ascii_seq else _ZERO):
         sequence = None  # unassigned: the server numbers the event
     else:
         sequence = _sequence(frames, 1, "PUB", ascii_seq)
-    return _event(_new_pub, "PUB", frames, 0, sequence)
+    pub = _event(_new_pub, "PUB", frames, 0, sequence)
+    if not timestamp_in_range(pub.timestamp):
+        raise EventFieldError(
+            PROTOCOL,
+            "timestamp",
+            "a timestamp within years 1..9999 in UTC",
+            command="PUB",
+            frame=3,
+            got=frames[3],
+        )
+    return pub
+
+
+_PUB_LIMITS = (
+    (0, "topic", MAX_TOPIC_BYTES),
+    (2, "producer", MAX_PRODUCER_BYTES),
+    (3, "timestamp", MAX_TIMESTAMP_BYTES),
+)
+
+
+def _too_long(frames: Sequence[bytes], index: int, field: str, limit: int) -> NoReturn:
+    raise EventFieldError(
+        PROTOCOL,
+        field,
+        f"{field} of at most {limit} bytes",
+        command="PUB",
+        frame=index,
+        got=f"{len(frames[index])} bytes",
+    )
 
 
 def _sequence(frames: Sequence[bytes], index: int, command: str, ascii_seq: bool) -> int:
@@ -414,20 +469,36 @@ def _event(
 
 
 def _explain(frames: Sequence[bytes], first: int, command: str) -> NoReturn:
-    """Raise the FrameValueError naming the first bad text frame of an event."""
-    text(PROTOCOL, command, frames, first, "topic")
-    text(PROTOCOL, command, frames, first + 2, "producer id")
+    """Raise the EventFieldError naming the first bad text frame of an event."""
+    for offset, field in ((0, "topic"), (2, "producer"), (3, "timestamp")):
+        index = first + offset
+        try:
+            frames[index].decode()
+        except UnicodeDecodeError:
+            raise EventFieldError(
+                PROTOCOL,
+                field,
+                f"{field} as UTF-8 text",
+                command=command,
+                frame=index,
+                got=frames[index],
+            ) from None
     index = first + 3
-    timestamp = text(PROTOCOL, command, frames, index, "timestamp")
     try:
-        _fromisoformat(timestamp)
+        _fromisoformat(frames[index].decode())
     except ValueError:
-        raise FrameValueError(
-            PROTOCOL, "an ISO-8601 timestamp", command=command, frame=index, got=frames[index]
+        raise EventFieldError(
+            PROTOCOL,
+            "timestamp",
+            "an ISO-8601 timestamp",
+            command=command,
+            frame=index,
+            got=frames[index],
         ) from None
     index = first + 4
-    raise FrameValueError(
+    raise EventFieldError(
         PROTOCOL,
+        "uuid",
         "a uuid of 36 characters, 8-4-4-4-12 hex digits",
         command=command,
         frame=index,
@@ -448,6 +519,9 @@ def _subtrees(frames: Sequence[bytes], index: int, command: str) -> tuple[str, .
             frame=index,
             got=frames[index],
         )
+    wrong = subtrees_out_of_range(subtrees)
+    if wrong is not None:
+        raise FrameValueError(PROTOCOL, wrong, command=command, frame=index, got=frames[index])
     return subtrees
 
 
@@ -484,41 +558,6 @@ _new_broadcast = _event_builder(Broadcast)
 _new_pub = _event_builder(Pub)
 
 
-# --- event data -----------------------------------------------------------------------
-
-
-def unpack_data(data: bytes, *, lenient: bool = False) -> Any:
-    """Unpack event data as msgpack.
-
-    Args:
-        data: the data frame of a SYNC, BROADCAST or PUB.
-        lenient: also accept what the Node.js peer sends: msgpack from before the 2013
-            spec revision, whose single 'raw' type carries text and binary alike (it is
-            retried with ``raw=True``, so strings come back as bytes), and an empty frame
-            for an event without data (``None``).
-
-    Raises:
-        FrameValueError: ``data`` is not one complete msgpack object.
-    """
-    if lenient and not data:
-        return None
-    try:
-        return msgpack.unpackb(data, raw=False)
-    except UnicodeDecodeError:
-        if lenient:
-            try:
-                return msgpack.unpackb(data, raw=True)
-            except _UNPACK_ERRORS:
-                pass
-    except _UNPACK_ERRORS:
-        pass
-    raise FrameValueError(PROTOCOL, "one complete msgpack object", command="event data", got=data)
-
-
-# msgpack signals bad input with ValueError subclasses (ExtraData, FormatError,
-# StackError), OutOfData, and TypeError for unhashable map keys.
-_UNPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException)
-
 __all__ = [
     "NODE_REFERENCE",
     "PROTOCOL",
@@ -527,6 +566,7 @@ __all__ = [
     "CollectorMessage",
     "Dialect",
     "EventBusCommand",
+    "EventFieldError",
     "Heartbeat",
     "ProtocolError",
     "Pub",

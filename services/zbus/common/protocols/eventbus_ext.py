@@ -12,6 +12,11 @@ has assigned it).
 - SNAPSHOT, client -> server: ``[b"\\0ZB-SNAPSHOT", msgpack {subtrees, since, after,
   mode, limit}]``; server -> client: ``[b"\\0ZB-PAGE", msgpack {events, next, sequence}]``
   or ``[b"\\0ZB-ERROR", reason]``.
+
+Ranges (:mod:`eventbus_limits`): the collector's decoders hold every event of a ZB-PUB
+to the event ranges; a ZB-SNAPSHOT has at most ``MAX_SUBTREES`` subtrees of at most
+``MAX_TOPIC_BYTES`` bytes, ``since`` in 0..2**64-1, ``limit`` in 1..``MAX_LIMIT``, and in
+mode "log" an ``after`` of 1 to 20 ASCII digits below 2**64 (a sequence).
 - STREAM (PUB): ``[b"B", msgpack [first_seq, [event, ...]]]`` with contiguous sequences
   from ``first_seq``, and ``[b"H", 8-byte sequence]`` heartbeats.
 """
@@ -32,6 +37,13 @@ from zbus.common.protocols.errors import (
     UnknownCommandError,
     check_uint64,
     uint64,
+)
+from zbus.common.protocols.eventbus_limits import (
+    DEFAULT_MAX_DATA_BYTES,
+    EventFieldError,
+    out_of_range,
+    subtrees_out_of_range,
+    utf8_len,
 )
 
 PROTOCOL = "eventbus-ext"
@@ -195,23 +207,48 @@ def _event(row: Any, command: str, frame: int, n: int) -> EventData:
     return EventData(*row)
 
 
+def _field(command: str, frame: int, field: str, expected: str, got: object) -> EventFieldError:
+    """:func:`_bad` for an event field: the error names the field."""
+    try:
+        return EventFieldError(PROTOCOL, field, expected, command=command, frame=frame, got=got)
+    except RecursionError:
+        got = "<value nested too deeply to show>"
+        return EventFieldError(PROTOCOL, field, expected, command=command, frame=frame, got=got)
+
+
 def _validate(row: Any, command: str, frame: int, n: int) -> None:
     """Raise FrameValueError unless ``row`` is ``[topic, producer, timestamp, uuid, data]``."""
     if not isinstance(row, list) or len(row) != 5:
         raise _bad(command, frame, f"event {n} as [topic, producer, timestamp, uuid, data]", row)
     topic, producer, timestamp, uuid, data = row
     if not (isinstance(topic, str) and topic and not topic.startswith("\0")):
-        raise _bad(command, frame, f"event {n} topic: non-empty text not starting with NUL", topic)
+        raise _field(
+            command, frame, "topic", f"event {n} topic: non-empty text not starting with NUL", topic
+        )
     if not isinstance(producer, str):
-        raise _bad(command, frame, f"event {n} producer as text", producer)
+        raise _field(command, frame, "producer", f"event {n} producer as text", producer)
     if not isinstance(data, bytes):
-        raise _bad(command, frame, f"event {n} data as binary", data)
+        raise _field(command, frame, "data", f"event {n} data as binary", data)
     if not isinstance(uuid, str) or uuid.translate(_UUID_TABLE) != _UUID_SHAPE:
-        raise _bad(command, frame, f"event {n} uuid in the 36-character form", uuid)
+        raise _field(command, frame, "uuid", f"event {n} uuid in the 36-character form", uuid)
     try:
         datetime.fromisoformat(timestamp)
     except (TypeError, ValueError):
-        raise _bad(command, frame, f"event {n} timestamp in ISO-8601", timestamp) from None
+        raise _field(
+            command, frame, "timestamp", f"event {n} timestamp in ISO-8601", timestamp
+        ) from None
+
+
+def _check_ranges(rows: list[list[Any]], command: str, frame: int, max_data: int) -> None:
+    """Raise EventFieldError for the first validated row with a field outside its range."""
+    for n, (topic, producer, timestamp, _, data) in enumerate(rows):
+        wrong = out_of_range(utf8_len(topic), utf8_len(producer), timestamp, len(data), max_data)
+        if wrong is not None:
+            field, expected = wrong
+            got = {"topic": topic, "producer": producer, "timestamp": timestamp}.get(field)
+            if got is None or len(got) > 64:
+                got = f"{utf8_len(got) if isinstance(got, str) else len(data)} bytes"
+            raise _field(command, frame, field, f"event {n} {field}: {expected}", got)
 
 
 def _check_rows(value: Any, command: str, frame: int) -> list[list[Any]]:
@@ -223,7 +260,9 @@ def _check_rows(value: Any, command: str, frame: int) -> list[list[Any]]:
     return value
 
 
-def decode_collector_rows(frames: Sequence[bytes]) -> tuple[bool, list[list[Any]]]:
+def decode_collector_rows(
+    frames: Sequence[bytes], *, max_data: int = DEFAULT_MAX_DATA_BYTES
+) -> tuple[bool, list[list[Any]]]:
     """ZB-PUB as ``(confirm, rows)``, each row ``[topic, producer, timestamp, uuid, data]``.
 
     The same checks as :func:`decode_collector`, for the bus's hot path, which stores
@@ -238,6 +277,7 @@ def decode_collector_rows(frames: Sequence[bytes]) -> tuple[bool, list[list[Any]
     if frames[1] not in (b"\x00", b"\x01"):
         raise _bad("ZB-PUB", 1, "flags as one byte 0x00 or 0x01", frames[1])
     rows = _check_rows(_unpack(frames, 2, "ZB-PUB", "events"), "ZB-PUB", 2)
+    _check_ranges(rows, "ZB-PUB", 2, max_data)
     return frames[1] == b"\x01", rows
 
 
@@ -253,8 +293,15 @@ def _uint(value: Any, command: str, frame: int, what: str) -> int:
     return value
 
 
-def decode_collector(frames: Sequence[bytes]) -> PubBatch:
-    """An extension command a client sent to the COLLECTOR."""
+def decode_collector(
+    frames: Sequence[bytes], *, max_data: int = DEFAULT_MAX_DATA_BYTES
+) -> PubBatch:
+    """An extension command a client sent to the COLLECTOR, every event in its ranges.
+
+    Raises:
+        EventFieldError: an event field malformed or outside its range (``field`` names it).
+        ProtocolError: anything else that is not a ZB-PUB.
+    """
     if not frames or frames[0] != PUB_BATCH:
         raise UnknownCommandError(
             PROTOCOL, "ZB-PUB", frame=0, got=frames[0] if frames else "no frames"
@@ -264,6 +311,7 @@ def decode_collector(frames: Sequence[bytes]) -> PubBatch:
     if frames[1] not in (b"\x00", b"\x01"):
         raise _bad("ZB-PUB", 1, "flags as one byte 0x00 or 0x01", frames[1])
     events = _events(_unpack(frames, 2, "ZB-PUB", "events"), "ZB-PUB", 2)
+    _check_ranges([_event_row(e) for e in events], "ZB-PUB", 2, max_data)
     return PubBatch(events, confirm=frames[1] == b"\x01")
 
 
@@ -312,17 +360,39 @@ def decode_snapshot_request(frames: Sequence[bytes]) -> SnapshotQuery:
     subtrees = q.get("subtrees", [])
     if not isinstance(subtrees, list) or not all(isinstance(s, str) for s in subtrees):
         raise _bad(cmd, 1, "subtrees as an array of text", subtrees)
+    wrong = subtrees_out_of_range(subtrees)
+    if wrong is not None:
+        raise _bad(cmd, 1, f"subtrees: {wrong}", f"{len(subtrees)} subtrees")
     after = q.get("after")
     if after is not None and not isinstance(after, str):
         raise _bad(cmd, 1, "after as text or nil", after)
     mode = q.get("mode", "latest")
     if mode not in ("latest", "log"):
         raise _bad(cmd, 1, "mode 'latest' or 'log'", mode)
+    if mode == "log" and after is not None:
+        _sequence_cursor(after)
     limit = _uint(q.get("limit", 1000), cmd, 1, "limit")
     if not 1 <= limit <= MAX_LIMIT:
         raise _bad(cmd, 1, f"limit in 1..{MAX_LIMIT}", limit)
     since = _uint(q.get("since", 0), cmd, 1, "since")
     return SnapshotQuery(tuple(subtrees), since, after, mode, limit)
+
+
+def _sequence_cursor(after: str) -> int:
+    """A log cursor: a sequence as 1 to 20 ASCII digits below 2**64 (``str.isdigit``
+    alone would let through '²', which ``int`` refuses, and digits past any sequence)."""
+    if after.isascii() and after.isdigit() and len(after) <= 20:
+        value = int(after)
+        if value < 1 << 64:
+            return value
+    raise _bad(
+        "ZB-SNAPSHOT", 1, "after in mode 'log' as a sequence: ASCII digits below 2**64", after
+    )
+
+
+def log_cursor(query: SnapshotQuery) -> int:
+    """Where a mode "log" query starts: after its cursor when it has one, else ``since``."""
+    return query.since if query.after is None else _sequence_cursor(query.after)
 
 
 def decode_snapshot_reply(frames: Sequence[bytes]) -> SnapshotPage | Error:
@@ -466,4 +536,5 @@ __all__ = [
     "encode",
     "encode_page",
     "is_extension",
+    "log_cursor",
 ]

@@ -12,10 +12,15 @@ subscription; a subscription and the publisher may live in different threads.
 Without ``confirm`` publishing is fire-and-forget and :meth:`close` drops whatever is
 still queued (linger 0): ask for a confirm where an event must not be lost.
 
+With ``compat="spec"`` or ``compat="node"`` the clients keep to the plain protocol, for
+buses that speak nothing else (the Node.js reference bus): spec PUBs, SYNCSTART and the
+PUBLISHER socket, no confirms (:class:`~zbus.eventbus.core.plain_sync.PlainSubscriptionCore`).
+
 The parts, all re-exported here (import from this module):
 
-- :mod:`zbus.eventbus.client.common`: :class:`BusEndpoints`, :class:`PublishError`
-  and the outbox that builds ``ZB-PUB`` batches and matches their confirms;
+- :mod:`zbus.eventbus.client.common`: :class:`BusEndpoints`, :class:`PublishError`,
+  :class:`DialectError` and the outbox that builds ``ZB-PUB`` batches (or spec PUBs)
+  and matches their confirms;
 - :mod:`zbus.eventbus.client.base`: what both clients and their subscriptions share;
 - :mod:`zbus.eventbus.client.blocking`: :class:`EventBusClient`, :class:`Subscription`;
 - :mod:`zbus.eventbus.client.asyncio`: :class:`AsyncEventBusClient`,
@@ -27,7 +32,8 @@ from zbus.eventbus.client.asyncio import AsyncEventBusClient, AsyncSubscription
 from zbus.eventbus.client.blocking import EventBusClient, Subscription
 from zbus.eventbus.client.common import CHUNK_BYTES as CHUNK_BYTES
 from zbus.eventbus.client.common import CHUNK_EVENTS as CHUNK_EVENTS
-from zbus.eventbus.client.common import BusEndpoints, PublishError
+from zbus.eventbus.client.common import BusEndpoints, DialectError, PublishError
+from zbus.eventbus.client.common import Compat as Compat
 from zbus.eventbus.client.common import EndpointsArg as EndpointsArg
 from zbus.eventbus.client.common import Item as Item
 from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
@@ -37,6 +43,7 @@ __all__ = [
     "AsyncEventBusClient",
     "AsyncSubscription",
     "BusEndpoints",
+    "DialectError",
     "Event",
     "EventBusClient",
     "LogPage",

@@ -10,10 +10,9 @@ from typing import Any, Self
 import zmq
 import zmq.asyncio
 
-from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.security import KeyPair
 from zbus.eventbus.client.base import _READS_PER_WAKE, _Base, _SubscriptionBase
-from zbus.eventbus.client.common import EndpointsArg, Item
+from zbus.eventbus.client.common import Compat, EndpointsArg, Item
 from zbus.eventbus.core.sync import NOTHING, Actions, Event
 
 __all__ = ["AsyncEventBusClient", "AsyncSubscription"]
@@ -58,6 +57,8 @@ class AsyncSubscription(_SubscriptionBase[zmq.asyncio.Socket]):
                 poller = zmq.asyncio.Poller()
                 poller.register(self._stream, zmq.POLLIN)
                 poller.register(self._snap, zmq.POLLIN)
+                if self._monitor is not None:
+                    poller.register(self._monitor, zmq.POLLIN)
                 await poller.poll(self._wait_ms(deadline, now))
                 await self._read()
             await self._act(self._core.tick(time.monotonic()))
@@ -73,6 +74,15 @@ class AsyncSubscription(_SubscriptionBase[zmq.asyncio.Socket]):
             got = True
             await self._act(self._stream_actions(frames, time.monotonic()))
             if stream is not self._stream:
+                return True
+        monitor = self._monitor
+        while monitor is not None:
+            try:
+                frames = await monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            await self._act(self._connected_actions(frames, time.monotonic()))
+            if monitor is not self._monitor:
                 return True
         snap = self._snap
         while True:
@@ -91,7 +101,7 @@ class AsyncSubscription(_SubscriptionBase[zmq.asyncio.Socket]):
         self._queue(actions)
         if actions.query is not None:
             with contextlib.suppress(zmq.Again):
-                await self._snap.send_multipart(ext.encode(actions.query), zmq.NOBLOCK)
+                await self._snap.send_multipart(self._encode_query(actions.query), zmq.NOBLOCK)
         if actions.failover and not self._closed:
             await self._act(self._fail_over())
 
@@ -110,6 +120,8 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         curve: ``(this client's key pair, the bus's public key)`` to talk to a bus that
             runs CURVE; every socket of the client and of its subscriptions (re-created
             ones too) is then a CURVE client.
+        compat: the wire, ``"zbus"``, ``"spec"`` or ``"node"``: see
+            :class:`~zbus.eventbus.client.EventBusClient`.
 
     Raises:
         ValueError: bad endpoints or options.
@@ -125,10 +137,11 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         misses: int = 3,
         context: zmq.asyncio.Context | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
+        compat: Compat = "zbus",
     ) -> None:
         ctx = context if context is not None else zmq.asyncio.Context()
         super().__init__(
-            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve
+            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve, compat
         )
 
     async def __aenter__(self) -> Self:
@@ -175,6 +188,15 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
 
     async def _publish(self, items: Iterable[Item], confirm: bool, wait: float) -> list[int] | None:
         outbox = self._outbox
+        if self.dialect is not None:
+            messages = self._plain_frames(items, confirm)
+            sock = self._publisher(wait)
+            try:
+                for frames in messages:
+                    await sock.send_multipart(frames)
+            except zmq.Again:
+                raise TimeoutError(f"the bus took nothing for {wait:g} s") from None
+            return None
         chunks = outbox.chunks(items)
         if not confirm:
             sock = self._publisher(wait)

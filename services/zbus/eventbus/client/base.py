@@ -11,26 +11,36 @@ awaited) are in :mod:`zbus.eventbus.client.blocking` and
 from __future__ import annotations
 
 import time
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
+from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.security import KeyPair, check_client, make_client
 from zbus.eventbus.client.common import (
+    PLAIN_DIALECTS,
     BusEndpoints,
+    Compat,
+    DialectError,
     EndpointsArg,
     Item,
     _Outbox,
     log,
 )
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionCore
+from zbus.eventbus.core.plain_sync import PlainSubscriptionCore
+from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionCore, SubscriptionLogic
 
 _READS_PER_WAKE = 32  # stream messages taken per turn, so a flood cannot starve the rest
+# A subscriber's stream queue, in messages (up to a few hundred kB each): the client's own
+# memory bound. Past it ZeroMQ stops reading, the bus drops, and the gap is repaired.
+STREAM_RCVHWM = 128
 _ROW_TYPES = [str, str, str, str, bytes]
 _U64 = 1 << 64
 _S = TypeVar("_S", bound="zmq.Socket[Any]")
@@ -58,6 +68,10 @@ class _Base(Generic[_S]):
 
     Every socket a client or its subscriptions open comes from :meth:`_socket`, so CURVE
     (``curve``) covers the ones re-created on failover and reconnect too.
+
+    ``compat`` is the wire: ``"zbus"`` (zbus's extensions: batches, confirms, the
+    stream), or the plain protocol in the server's dialects, ``"spec"`` (the RFC) and
+    ``"node"`` (the Node.js reference bus: ASCII sequences, ',' lists).
     """
 
     def __init__(
@@ -69,9 +83,15 @@ class _Base(Generic[_S]):
         ctx: zmq.Context[_S],
         own_ctx: bool,
         curve: tuple[KeyPair, bytes] | None,
+        compat: Compat = "zbus",
     ) -> None:
         if heartbeat_interval <= 0 or misses < 1:
             raise ValueError("heartbeat_interval must be positive and misses at least 1")
+        if compat != "zbus" and compat not in PLAIN_DIALECTS:
+            raise ValueError(f"compat must be 'zbus', 'spec' or 'node', not {compat!r}")
+        self.compat = compat
+        #: The plain protocol's dialect; None when the client speaks zbus's extensions.
+        self.dialect: eb.Dialect | None = PLAIN_DIALECTS.get(compat)
         self.endpoints = _endpoint_list(endpoints)
         self.curve = check_client(curve)
         self.heartbeat_interval = heartbeat_interval
@@ -105,20 +125,41 @@ class _Base(Generic[_S]):
         if self._own_ctx:
             self._ctx.term()
 
-    def _core(self, subtrees: Iterable[str] | str, since: int, page_limit: int) -> SubscriptionCore:
+    def _core(
+        self, subtrees: Iterable[str] | str, since: int, page_limit: int
+    ) -> SubscriptionLogic:
         if self._closed:
             raise RuntimeError("the client is closed")
         if isinstance(subtrees, str):
             subtrees = (subtrees,)
+        if self.dialect is not None:
+            return PlainSubscriptionCore(subtrees, since, self.heartbeat_interval, self.misses)
         return SubscriptionCore(subtrees, since, self.heartbeat_interval, self.misses, page_limit)
 
     def _socket(self, kind: int) -> _S:
-        """A new socket of the client's context: linger 0, a CURVE client when configured."""
+        """A new socket of the client's context: linger 0, a CURVE client when configured.
+
+        In the plain protocol a DEALER gets a printable identity of its own: the Node.js
+        bus routes its replies by the identity as text, which a binary one does not
+        survive.
+        """
         sock = self._ctx.socket(kind)
         sock.linger = 0
+        if self.dialect is not None and kind == zmq.DEALER:
+            sock.setsockopt(zmq.IDENTITY, f"zbus-{uuid.uuid4().hex}".encode())
         if self.curve is not None:
             make_client(sock, *self.curve)
         return sock
+
+    def _plain_frames(self, items: Iterable[Item], confirm: bool) -> list[list[bytes]]:
+        """Spec PUBs for the plain protocol; a confirm is refused before anything is sent."""
+        assert self.dialect is not None
+        if confirm:
+            raise DialectError(
+                f"a confirmed publish needs zbus's extensions, which compat={self.compat!r} "
+                "does not speak (and a Node.js bus cannot take); publish without confirm"
+            )
+        return self._outbox.pub_frames(items, self.dialect)
 
     def _publisher(self, wait: float) -> _S:
         if self._closed:
@@ -153,16 +194,20 @@ class _SubscriptionBase(Generic[_S]):
     """A subscription between its sockets and the user: counters, events ready, decoding."""
 
     def __init__(
-        self, client: _Base[_S], core: SubscriptionCore, on_reset: Callable[[], None] | None
+        self, client: _Base[_S], core: SubscriptionLogic, on_reset: Callable[[], None] | None
     ) -> None:
         self._client = client
         self._core = core
+        self._dialect = client.dialect
         self._on_reset = on_reset
         self._index = 0  # which endpoints of the client it reads from
         self._ready: deque[Event | None] = deque()  # None marks a reset, in order
         self._markers = 0
         self._closed = False
         self.malformed = 0
+        # The plain protocol's PUBLISHER connection, watched: each (re)connection may
+        # have lost the subscription for a while (PlainSubscriptionCore.on_connected).
+        self._monitor: _S | None = None
         self._stream, self._snap = self._open()
         client._subscriptions.add(self)
 
@@ -200,24 +245,39 @@ class _SubscriptionBase(Generic[_S]):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._stream.close(linger=0)
-            self._snap.close(linger=0)
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for sock in (self._stream, self._snap, self._monitor):
+            if sock is not None:
+                sock.close(linger=0)
+        self._monitor = None
 
     def _open(self) -> tuple[_S, _S]:
         # The stream first: what it buffers meanwhile is merged with the snapshot.
         new, ends = self._client._socket, self.endpoints
         stream = new(zmq.SUB)
-        stream.subscribe(ext.STREAM_BATCH)
-        stream.subscribe(ext.STREAM_HEARTBEAT)
-        stream.connect(ends.stream)
+        stream.rcvhwm = STREAM_RCVHWM
+        if self._dialect is None:
+            stream.subscribe(ext.STREAM_BATCH)
+            stream.subscribe(ext.STREAM_HEARTBEAT)
+            stream.connect(ends.stream)
+        else:
+            # The plain protocol: BROADCASTs by topic prefix, and zbus's HUGZ heartbeats.
+            subtrees = getattr(self._core, "subtrees", ())
+            for prefix in subtrees or ("",):
+                stream.subscribe(prefix.encode())
+            if subtrees:
+                stream.subscribe(b"HUGZ")
+            self._monitor = stream.get_monitor_socket(zmq.EVENT_CONNECTED)
+            stream.connect(ends.publisher)
         snap = new(zmq.DEALER)
         snap.connect(ends.snapshot)
         return stream, snap
 
     def _fail_over(self) -> Actions:
         """New sockets on the next endpoints (the same ones when there is only one)."""
-        self._stream.close(linger=0)
-        self._snap.close(linger=0)
+        self._close_sockets()
         self._index = (self._index + 1) % len(self._client.endpoints)
         log.warning("event bus silent: failing over", extra={"endpoint": self.endpoints.stream})
         self._stream, self._snap = self._open()
@@ -235,11 +295,20 @@ class _SubscriptionBase(Generic[_S]):
                 self._on_reset()
         return None
 
+    def _encode_query(self, query: ext.SnapshotQuery | eb.SyncStart) -> list[bytes]:
+        if isinstance(query, eb.SyncStart):
+            return eb.encode(query, self._dialect or eb.SPEC)
+        return ext.encode(query)
+
     def _stream_actions(self, frames: list[bytes], now: float) -> Actions:
+        if self._dialect is not None:
+            return self._publisher_actions(frames, now)
+        core = self._core
+        assert isinstance(core, SubscriptionCore)
         try:
             decoded = ext.decode_stream_fast(frames)
             if type(decoded) is int:
-                return self._core.on_heartbeat(decoded, now)
+                return core.on_heartbeat(decoded, now)
             assert isinstance(decoded, tuple)
             first, rows = decoded
             if not _rows_ok(first, rows):
@@ -248,9 +317,40 @@ class _SubscriptionBase(Generic[_S]):
         except ProtocolError as exc:
             self._malformed("stream", exc)
             return NOTHING
-        return self._core.on_batch(first, rows, now)
+        return core.on_batch(first, rows, now)
+
+    def _connected_actions(self, frames: list[bytes], now: float) -> Actions:
+        """A monitor event of the plain PUBLISHER connection: connected (again)."""
+        assert isinstance(self._core, PlainSubscriptionCore)
+        if parse_monitor_message(frames)["event"] == zmq.EVENT_CONNECTED:
+            return self._core.on_connected(now)
+        return NOTHING
+
+    def _publisher_actions(self, frames: list[bytes], now: float) -> Actions:
+        """The plain protocol's PUBLISHER socket: BROADCAST or HUGZ."""
+        assert self._dialect is not None and isinstance(self._core, PlainSubscriptionCore)
+        try:
+            message = eb.decode_publisher(frames, self._dialect)
+        except ProtocolError as exc:
+            self._malformed("publisher", exc)
+            return NOTHING
+        if isinstance(message, eb.Heartbeat):
+            return self._core.on_heartbeat(message.sequence, now)
+        return self._core.on_broadcast(message, now)
 
     def _reply_actions(self, frames: list[bytes], now: float) -> Actions:
+        core = self._core
+        if self._dialect is not None:
+            assert isinstance(core, PlainSubscriptionCore)
+            try:
+                answer = eb.decode_snapshot_reply(frames, self._dialect)
+            except ProtocolError as exc:
+                self._malformed("snapshot", exc)
+                return NOTHING
+            if isinstance(answer, eb.SyncEnd):
+                return core.on_sync_end(answer, now)
+            return core.on_sync(answer, now)
+        assert isinstance(core, SubscriptionCore)
         try:
             reply = ext.decode_snapshot_reply_fast(frames)
         except ProtocolError as exc:
@@ -262,8 +362,8 @@ class _SubscriptionBase(Generic[_S]):
                 "the bus refused a snapshot query",
                 extra={"reason": reply.reason, "endpoint": self.endpoints.snapshot},
             )
-            return self._core.fail()
-        return self._core.on_page(reply, now)
+            return core.fail()
+        return core.on_page(reply, now)
 
     def _malformed(self, socket: str, exc: ProtocolError) -> None:
         self.malformed += 1

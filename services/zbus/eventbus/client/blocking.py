@@ -9,11 +9,10 @@ from typing import Any, Self
 
 import zmq
 
-from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.security import KeyPair
 from zbus.eventbus.client.base import _READS_PER_WAKE, _Base, _SubscriptionBase
-from zbus.eventbus.client.common import EndpointsArg, Item
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionCore
+from zbus.eventbus.client.common import Compat, EndpointsArg, Item
+from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionLogic
 
 __all__ = ["EventBusClient", "Subscription"]
 
@@ -22,7 +21,7 @@ class Subscription(_SubscriptionBase["zmq.Socket[Any]"]):
     """An iterator of :class:`Event`: snapshot first, then live, with no gap or duplicate."""
 
     def __init__(
-        self, client: EventBusClient, core: SubscriptionCore, on_reset: Callable[[], None] | None
+        self, client: EventBusClient, core: SubscriptionLogic, on_reset: Callable[[], None] | None
     ) -> None:
         super().__init__(client, core, on_reset)
         self._act(core.start(time.monotonic()))
@@ -56,7 +55,10 @@ class Subscription(_SubscriptionBase["zmq.Socket[Any]"]):
             if deadline is not None and now >= deadline:
                 return None
             if not self._read():
-                zmq.select([self._stream, self._snap], [], [], self._wait_ms(deadline, now) / 1000)
+                socks = [self._stream, self._snap]
+                if self._monitor is not None:
+                    socks.append(self._monitor)
+                zmq.select(socks, [], [], self._wait_ms(deadline, now) / 1000)
                 self._read()
             self._act(self._core.tick(time.monotonic()))
 
@@ -73,6 +75,15 @@ class Subscription(_SubscriptionBase["zmq.Socket[Any]"]):
             self._act(self._stream_actions(frames, time.monotonic()))
             if stream is not self._stream:
                 return True  # failed over: these sockets are gone
+        monitor = self._monitor
+        while monitor is not None:
+            try:
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self._act(self._connected_actions(frames, time.monotonic()))
+            if monitor is not self._monitor:
+                return True
         snap = self._snap
         while True:
             try:
@@ -91,7 +102,7 @@ class Subscription(_SubscriptionBase["zmq.Socket[Any]"]):
         if actions.query is not None:
             # Unanswered, a query times out and the subscription fails over.
             with contextlib.suppress(zmq.Again):
-                self._snap.send_multipart(ext.encode(actions.query), zmq.NOBLOCK)
+                self._snap.send_multipart(self._encode_query(actions.query), zmq.NOBLOCK)
         if actions.failover and not self._closed:
             self._act(self._fail_over())
 
@@ -111,6 +122,13 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
             ones too) is then a CURVE client. A bus whose ZAP allow-list does not hold
             the key answers nothing: a confirmed publish times out, a subscription sees
             no heartbeat.
+        compat: the wire. ``"zbus"`` (the default): zbus's extensions (batches,
+            confirms, the stream, gap repair; a zbus bus). ``"spec"``: the plain Event
+            BUS protocol of the RFC, and ``"node"``: the same in the Node.js reference
+            bus's dialect (ASCII sequences, ',' subtree lists), for buses that speak
+            nothing else. The plain protocol publishes one PUB per event, never
+            confirmed (``confirm=True`` raises :class:`DialectError`), and subscribes
+            with SYNCSTART and the PUBLISHER socket (docs/eventbus.md).
 
     Raises:
         ValueError: bad endpoints or options.
@@ -126,10 +144,11 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
         misses: int = 3,
         context: zmq.Context[Any] | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
+        compat: Compat = "zbus",
     ) -> None:
         ctx = context if context is not None else zmq.Context()
         super().__init__(
-            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve
+            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve, compat
         )
 
     def __enter__(self) -> Self:
@@ -152,6 +171,10 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
         ``on_reset`` runs, in the consuming thread and in order with the events, when the
         bus behind the subscription turned out to have another history: what follows is
         a full snapshot of it.
+
+        In the plain protocol (``compat`` ``"spec"`` or ``"node"``) ``since`` > 0 resumes
+        with every event after it, as the RFC's SYNCSTART does (not only the latest of
+        each topic), and ``page_limit`` does not apply.
         """
         return Subscription(self, self._core(subtrees, since, page_limit), on_reset)
 
@@ -171,9 +194,11 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
         uuid on the next endpoints, and an event already stored answers its old sequence.
 
         Raises:
-            ValueError: an empty topic, one starting with NUL, or a malformed uuid.
+            ValueError: an empty topic, one starting with NUL or over 1024 bytes, or a
+                malformed uuid.
             TimeoutError: not sent, or not confirmed by any endpoint, within ``timeout``.
             PublishError: the bus refused the event.
+            DialectError: ``confirm`` in the plain protocol (``compat`` not ``"zbus"``).
         """
         seqs = self._publish(self._items(topic, data, uuid), confirm, timeout)
         return None if seqs is None else seqs[0]
@@ -190,6 +215,15 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
 
     def _publish(self, items: Iterable[Item], confirm: bool, wait: float) -> list[int] | None:
         outbox = self._outbox
+        if self.dialect is not None:
+            messages = self._plain_frames(items, confirm)
+            sock = self._publisher(wait)
+            try:
+                for frames in messages:
+                    sock.send_multipart(frames)
+            except zmq.Again:
+                raise TimeoutError(f"the bus took nothing for {wait:g} s") from None
+            return None
         chunks = outbox.chunks(items)
         if not confirm:
             sock = self._publisher(wait)

@@ -13,13 +13,20 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import msgpack
 
 from zbus.common.endpoints import parse_tcp_endpoint
+from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.eventbus_limits import (
+    DEFAULT_MAX_DATA_BYTES,
+    MAX_PRODUCER_BYTES,
+    MAX_TOPIC_BYTES,
+    utf8_len,
+)
 from zbus.errors import ZbusError
 
 # The client's records keep the name of the public module, zbus.eventbus.client:
@@ -27,7 +34,16 @@ from zbus.errors import ZbusError
 # client's own warnings through the client would feed on itself.
 log = logging.getLogger("zbus.eventbus.client")
 
-__all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "BusEndpoints", "EndpointsArg", "Item", "PublishError"]
+__all__ = [
+    "CHUNK_BYTES",
+    "CHUNK_EVENTS",
+    "BusEndpoints",
+    "Compat",
+    "DialectError",
+    "EndpointsArg",
+    "Item",
+    "PublishError",
+]
 
 CHUNK_EVENTS = 1000  # events per ZB-PUB, at most
 CHUNK_BYTES = 4 * 1024 * 1024  # and about this much data: the bus refuses huge messages
@@ -38,6 +54,16 @@ _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
 
 class PublishError(ZbusError):
     """The bus refused a confirmed publish (``ZB-ERROR``): the reason is its text."""
+
+
+class DialectError(ZbusError, ValueError):
+    """What was asked needs zbus's extensions, which the client's ``compat`` dialect
+    (the plain Event BUS protocol) does not have: a confirmed publish, say."""
+
+
+Compat: TypeAlias = Literal["zbus", "spec", "node"]
+#: The wire dialect of each ``compat`` that keeps to the plain protocol.
+PLAIN_DIALECTS: dict[str, eb.Dialect] = {"spec": eb.SPEC, "node": eb.NODE_REFERENCE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +114,8 @@ class _Outbox:
     def __init__(self, producer: str) -> None:
         if not isinstance(producer, str):
             raise TypeError("producer must be a string")
+        if utf8_len(producer) > MAX_PRODUCER_BYTES:
+            raise ValueError(f"a producer id has at most {MAX_PRODUCER_BYTES} bytes: {producer!r}")
         self.producer = producer
         self.malformed = 0
         self._pack = msgpack.Packer(use_bin_type=True).pack
@@ -107,8 +135,31 @@ class _Outbox:
         """Rows ``[topic, producer, ts, uuid, data]`` in chunks the bus accepts.
 
         Raises:
-            ValueError: a topic that is empty or starts with NUL, or a malformed uuid.
+            ValueError: a topic that is empty, starts with NUL or is over 1024 bytes (the
+                bus's range), or a malformed uuid.
         """
+        rows = self.rows(items)
+        out: list[list[list[Any]]] = []
+        chunk: list[list[Any]] = []
+        size = 0
+        extra = 4 * len(self.producer) + 128  # producer, timestamp, uuid and headers
+        for row in rows:
+            data = len(row[4])
+            cost = 4 * len(row[0]) + data + extra
+            # An event over the bus's default size goes alone: if the bus refuses it, it
+            # takes no other event with it.
+            alone = data > DEFAULT_MAX_DATA_BYTES
+            if chunk and (alone or len(chunk) >= CHUNK_EVENTS or size + cost > CHUNK_BYTES):
+                out.append(chunk)
+                chunk, size = [], 0
+            chunk.append(row)
+            size += CHUNK_BYTES if alone else cost
+        if chunk:
+            out.append(chunk)
+        return out
+
+    def rows(self, items: Iterable[Item]) -> list[list[Any]]:
+        """Rows ``[topic, producer, ts, uuid, data]``, checked, stamped, uuids made."""
         stamp, producer, pack = self.stamp(), self.producer, self._pack
         rows: list[list[Any]] = []
         no_uuid: list[int] = []
@@ -116,6 +167,8 @@ class _Outbox:
             topic, data = item[0], item[1]
             if type(topic) is not str or not topic or topic[0] == "\0":
                 raise ValueError(f"a topic is non-empty text not starting with NUL: {topic!r}")
+            if len(topic) * 4 > MAX_TOPIC_BYTES and utf8_len(topic) > MAX_TOPIC_BYTES:
+                raise ValueError(f"a topic has at most {MAX_TOPIC_BYTES} bytes: {topic[:40]!r}...")
             uuid = item[2] if len(item) > 2 else None
             if uuid is None:
                 no_uuid.append(len(rows))
@@ -124,22 +177,16 @@ class _Outbox:
             rows.append([topic, producer, stamp, uuid, data if type(data) is bytes else pack(data)])
         for i, uuid in zip(no_uuid, _uuid4s(len(no_uuid)), strict=True):
             rows[i][3] = uuid
-        out: list[list[list[Any]]] = []
-        chunk: list[list[Any]] = []
-        size = 0
-        for row in rows:
-            cost = len(row[0]) + len(row[4]) + 64
-            if chunk and (len(chunk) >= CHUNK_EVENTS or size + cost > CHUNK_BYTES):
-                out.append(chunk)
-                chunk, size = [], 0
-            chunk.append(row)
-            size += cost
-        if chunk:
-            out.append(chunk)
-        return out
+        return rows
 
     def frames(self, rows: list[list[Any]], confirm: bool) -> list[bytes]:
         return [ext.PUB_BATCH, b"\x01" if confirm else b"\x00", self._pack(rows)]
+
+    def pub_frames(self, items: Iterable[Item], dialect: eb.Dialect) -> list[list[bytes]]:
+        """One spec PUB per item, as ``dialect`` writes it (the sequence unassigned)."""
+        return [
+            eb.encode(eb.Pub(t, None, p, ts, u, d), dialect) for t, p, ts, u, d in self.rows(items)
+        ]
 
     @staticmethod
     def unconfirmed(chunks: list[list[list[Any]]], seqs: dict[str, int]) -> list[list[list[Any]]]:

@@ -11,7 +11,7 @@ from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.security import KeyPair, check_client, make_client
 from zbus.errors import ZbusError
 from zbus.eventbus.client.common import BusEndpoints
-from zbus.eventbus.core.sync import Event
+from zbus.eventbus.core.sync import Event, check_subtrees
 
 __all__ = ["LogPage", "LogQueryError", "LogReader"]
 
@@ -63,13 +63,14 @@ class LogReader:
         """Events with seq > ``after`` under ``subtrees`` (prefixes; none: all), ``limit`` at most.
 
         Raises:
+            ValueError: ``after``, ``limit`` or the subtrees out of the bus's ranges.
             TimeoutError: no answer within ``timeout``.
             LogQueryError: the bus refused the query.
             ProtocolError: the answer is not a page.
         """
         if not (1 <= limit <= ext.MAX_LIMIT and 0 <= after < 1 << 63):  # the log's range
             raise ValueError(f"need 0 <= after < 2**63 and 1 <= limit <= {ext.MAX_LIMIT}")
-        subtrees = (subtrees,) if isinstance(subtrees, str) else tuple(subtrees)
+        subtrees = check_subtrees((subtrees,) if isinstance(subtrees, str) else subtrees)
         sock = self._sock
         if sock is None:
             sock = self._sock = zmq.Context.instance().socket(zmq.DEALER)

@@ -37,10 +37,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from itertools import count
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.protocols.eventbus_limits import subtrees_out_of_range
 
 
 class Event(NamedTuple):
@@ -53,13 +54,32 @@ class Event(NamedTuple):
     uuid: str
     data: bytes
 
-    def unpack(self) -> Any:
+    def unpack(self, *, lenient: bool = False) -> Any:
         """``data`` unpacked as msgpack (how publishers pack anything but bytes).
+
+        ``lenient`` also reads what the Node.js peer may send: an empty frame for no data
+        (``None``) and text that is not UTF-8 (see ``eventbus.unpack_data``).
 
         Raises:
             ProtocolError: ``data`` is not one msgpack object.
         """
-        return eb.unpack_data(self.data)
+        return eb.unpack_data(self.data, lenient=lenient)
+
+
+def check_subtrees(subtrees: Iterable[str]) -> tuple[str, ...]:
+    """Subtrees as a subscription takes them (an empty one: every topic).
+
+    Raises:
+        TypeError: a subtree that is not text.
+        ValueError: too many or too long (the bus's range, ``eventbus_limits``).
+    """
+    out = tuple(subtrees)
+    if not all(isinstance(s, str) for s in out):
+        raise TypeError("subtrees must be strings")
+    wrong = subtrees_out_of_range(out)
+    if wrong is not None:
+        raise ValueError(f"subtrees: {wrong}")
+    return () if "" in out else out
 
 
 # A NamedTuple's generated __new__ is a Python function; building the tuple directly
@@ -75,7 +95,8 @@ class Actions(NamedTuple):
     """What the client must do after feeding the core one input."""
 
     events: Sequence[Event] = ()
-    query: ext.SnapshotQuery | None = None  # send it on the snapshot socket
+    # Send it on the snapshot socket: a ZB-SNAPSHOT, or a SYNCSTART for the plain core.
+    query: ext.SnapshotQuery | eb.SyncStart | None = None
     failover: bool = False  # drop the connection; reconnect, then call reconnect()
     reset: bool = False  # the events that follow start a new history: discard state
 
@@ -91,6 +112,28 @@ class Phase(enum.Enum):
     DISCONNECTED = "disconnected"  # failover returned, waiting for reconnect()
 
 
+class SubscriptionLogic(Protocol):
+    """What a client's subscription asks of its core: this module's, or the plain
+    protocol's (:mod:`zbus.eventbus.core.plain_sync`)."""
+
+    delivered: int
+    duplicates: int
+    repaired: int
+    failovers: int
+    resets: int
+    last: int | None
+
+    def start(self, now: float) -> Actions: ...
+
+    def tick(self, now: float) -> Actions: ...
+
+    def fail(self) -> Actions: ...
+
+    def reconnect(self, now: float) -> Actions: ...
+
+    def deadline(self) -> float | None: ...
+
+
 class SubscriptionCore:
     """One subscription's state; see the module docstring for the rules."""
 
@@ -103,17 +146,15 @@ class SubscriptionCore:
         page_limit: int = 1000,
         max_buffer: int = 100_000,
     ) -> None:
-        subtrees = tuple(subtrees)
-        if not all(isinstance(s, str) for s in subtrees):
-            raise TypeError("subtrees must be strings")
-        if since < 0:
-            raise ValueError("since must be 0 or more")
+        subtrees = check_subtrees(subtrees)
+        if not 0 <= since < 1 << 64:
+            raise ValueError("since must be in 0..2**64-1")
         if heartbeat_interval <= 0 or misses < 1:
             raise ValueError("heartbeat_interval must be positive and misses at least 1")
         if not 1 <= page_limit <= ext.MAX_LIMIT:
             raise ValueError(f"page_limit must be in 1..{ext.MAX_LIMIT}")
         # An empty prefix matches every topic, as it does on the server.
-        self.subtrees: tuple[str, ...] = () if "" in subtrees else subtrees
+        self.subtrees: tuple[str, ...] = subtrees
         self.since = since
         self.timeout = heartbeat_interval * misses
         self.page_limit = page_limit

@@ -6,7 +6,11 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
 from zbus.common.settings import ServiceSettings
+from zbus.eventbus.core.flow import PeerBounds
+
+MiB = 1024 * 1024
 
 
 class EventBusSettings(ServiceSettings):
@@ -29,15 +33,41 @@ class EventBusSettings(ServiceSettings):
     )
     heartbeat_interval: float = Field(1.0, gt=0, description="seconds of silence before HUGZ")
     batch_max: int = Field(4096, ge=1, description="events committed per group commit, at most")
+    batch_max_bytes: int = Field(
+        16 * MiB,
+        ge=64 * 1024,
+        description="event data per group commit: the collector is drained up to this much",
+    )
     max_batch_events: int = Field(10_000, ge=1, description="events in one ZB-PUB, at most")
+    max_event_bytes: int = Field(
+        MiB,
+        ge=1024,
+        le=64 * MiB,
+        description="data of one event, at most: a PUB or ZB-PUB with a larger one is refused",
+    )
     max_message_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="larger messages are refused by ZeroMQ"
+        8 * MiB,
+        ge=64 * 1024,
+        le=1024 * MiB,
+        description="messages on the COLLECTOR, at most (ZeroMQ drops a larger one's peer)",
     )
     fsync: bool = Field(False, description="fsync every commit (survives power loss, slower)")
-    publisher_hwm: int = Field(
-        100_000, ge=1, description="messages queued per spec subscriber before dropping"
+    stream_peer_bytes: int = Field(
+        64 * MiB, ge=1, description="what one STREAM subscriber can make the bus hold"
     )
-    stream_hwm: int = Field(10_000, ge=1, description="batches queued per stream subscriber")
+    publisher_peer_bytes: int = Field(
+        64 * MiB, ge=1, description="what one PUBLISHER (spec) subscriber can make the bus hold"
+    )
+    snapshot_peer_bytes: int = Field(
+        64 * MiB,
+        ge=1,
+        description="what one SNAPSHOT client can make the bus hold, requests and replies each",
+    )
+    collector_peer_bytes: int = Field(
+        256 * MiB,
+        ge=1,
+        description="what one COLLECTOR peer can make the bus hold, requests and replies each",
+    )
     retention_max_age: float | None = Field(
         None, gt=0, description="delete events older than this many seconds (latest per topic kept)"
     )
@@ -65,6 +95,31 @@ class EventBusSettings(ServiceSettings):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, base + offset if base else 0)
         return self
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> EventBusSettings:
+        problems = self.bounds().problems()
+        smallest = self.max_event_bytes + RECORD_OVERHEAD + 1024
+        if self.max_message_bytes < smallest:
+            problems.append(
+                f"max_message_bytes must be at least {smallest}: a ZB-PUB of one event of "
+                "max_event_bytes must fit"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def bounds(self) -> PeerBounds:
+        """Every door's high-water marks and largest message (:mod:`zbus.eventbus.core.flow`)."""
+        return PeerBounds.from_settings(
+            max_event_bytes=self.max_event_bytes,
+            max_message_bytes=self.max_message_bytes,
+            max_batch_events=self.max_batch_events,
+            stream_peer_bytes=self.stream_peer_bytes,
+            publisher_peer_bytes=self.publisher_peer_bytes,
+            snapshot_peer_bytes=self.snapshot_peer_bytes,
+            collector_peer_bytes=self.collector_peer_bytes,
+        )
 
     def archive_uri(self) -> str | None:
         """Where the archive goes (a local path or a URI), or None when it is off."""

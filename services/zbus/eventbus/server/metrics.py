@@ -30,6 +30,14 @@ class BusMetrics:
             ["socket", "reason"],
             registry=registry,
         )
+        self.overflows = Counter(
+            "zbus_eventbus_overflows",
+            "Times the bus dropped for a peer at its byte bound: each reply to a full or gone "
+            "ROUTER peer, and each time a PUB subscriber filled up (ZeroMQ then drops for it "
+            "until it has read half its queue)",
+            ["socket"],
+            registry=registry,
+        )
         self.sequence = Gauge(
             "zbus_eventbus_sequence", "The last sequence number assigned", registry=registry
         )
@@ -88,5 +96,6 @@ class BusMetrics:
         )
         for sock in ("snapshot", "publisher", "collector", "stream"):
             self.peers.labels(sock).set(0)
+            self.overflows.labels(sock)
         for sock in ("publisher", "stream"):
             self.broadcast.labels(sock)

@@ -2,13 +2,20 @@
 
 COLLECTOR (ROUTER) -> decode -> group commit to the log -> PUBLISHER (XPUB, one
 BROADCAST per event, only when a spec subscriber wants it) and STREAM (PUB, one message
-per commit) -> confirms. One thread owns the sequence and the log's write connection,
-so no lock is taken per event (ADR 0002). Retention runs here too, between batches.
+per commit, cut where it would pass the message size) -> confirms. One thread owns the
+sequence and the log's write connection, so no lock is taken per event (ADR 0002).
+Retention runs here too, between batches.
+
+What one peer can make the bus hold is bounded in bytes (:mod:`zbus.eventbus.core.flow`):
+every socket's high-water marks come from the byte bounds and the largest message each
+door carries. The PUB sockets send with ``XPUB_NODROP``, so that ZeroMQ says when a
+subscriber is full (``EAGAIN``) instead of dropping silently: the overflow is counted,
+and the message is sent again without it (ZeroMQ then drops for that subscriber until it
+has read half its queue; a zbus subscriber repairs the gap from the log).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import Any
@@ -20,10 +27,12 @@ from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.eventbus_limits import EventFieldError
 from zbus.common.rejects import LogLimiter, reject_reason
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
 from zbus.eventbus.core.bus import HeartbeatSchedule, Subscriptions
+from zbus.eventbus.core.flow import stream_messages
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
@@ -65,13 +74,20 @@ class Pipeline(SocketThread):
     def open(self) -> None:
         s = self.settings
         host, ports = s.host, s.ports()
+        bounds = s.bounds()
+        self._message_cap = bounds.message_bytes
         self.collector = self.ctx.socket(zmq.ROUTER)
         self.collector.maxmsgsize = s.max_message_bytes
-        self.collector.rcvhwm = 100_000
+        self.collector.rcvhwm = bounds.collector_in.hwm
+        self.collector.sndhwm = bounds.collector_out.hwm
+        self.collector.router_mandatory = True  # a full or gone peer raises: counted
+        self.collector.router_handover = True  # a returning identity takes over its old one
         self.publisher = self.ctx.socket(zmq.XPUB)
-        self.publisher.sndhwm = s.publisher_hwm
+        self.publisher.sndhwm = bounds.publisher.hwm
         self.stream = self.ctx.socket(zmq.PUB)
-        self.stream.sndhwm = s.stream_hwm
+        self.stream.sndhwm = bounds.stream.hwm
+        for sock in (self.publisher, self.stream):
+            sock.setsockopt(zmq.XPUB_NODROP, 1)
         self._sockets = [self.collector, self.publisher, self.stream]
         for sock in self._sockets:
             sock.linger = 0
@@ -143,21 +159,38 @@ class Pipeline(SocketThread):
     def _heartbeat(self, now: float) -> None:
         seq = self.store.last_sequence()
         if self.settings.compat != "node":  # the Node.js client knows no HUGZ
-            send_frames(self.publisher, eb.encode(eb.Heartbeat(seq), self.dialect))
-        send_frames(self.stream, ext.encode(ext.StreamHeartbeat(seq)))
+            self._fan_out(self.publisher, eb.encode(eb.Heartbeat(seq), self.dialect), "publisher")
+        self._fan_out(self.stream, ext.encode(ext.StreamHeartbeat(seq)), "stream")
         self._beat.sent(now)
+
+    def _fan_out(self, sock: zmq.Socket[Any], frames: list[bytes], name: str) -> None:
+        """Send on a PUB socket; when a subscriber is full, count it and send past it."""
+        try:
+            send_frames(sock, frames, block=False)
+        except zmq.Again:
+            # XPUB_NODROP refused the message because a matching subscriber is at its
+            # high-water mark. Sent again without it, ZeroMQ drops for that subscriber
+            # (and sets it aside until it has read half its queue).
+            self.metrics.overflows.labels(name).inc()
+            sock.setsockopt(zmq.XPUB_NODROP, 0)
+            try:
+                send_frames(sock, frames, block=False)
+            finally:
+                sock.setsockopt(zmq.XPUB_NODROP, 1)
 
     # ---------------------------------------------------------------- collecting
     def _drain(self) -> None:
         """Take every message queued on the collector (up to batch_max events), commit once."""
         batch: list[NewEvent] = []
         confirms: list[tuple[bytes, list[str]]] = []
-        limit = self.settings.batch_max
-        while len(batch) < limit:
+        limit, max_bytes = self.settings.batch_max, self.settings.batch_max_bytes
+        taken = 0  # bytes of the messages taken: what this batch holds in memory, about
+        while len(batch) < limit and taken < max_bytes:
             try:
                 frames = self.collector.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 break
+            taken += sum(map(len, frames))
             self._take(frames, batch, confirms)
         if batch or confirms:
             self._commit(batch, confirms)
@@ -166,9 +199,10 @@ class Pipeline(SocketThread):
         self, frames: list[bytes], batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]
     ) -> None:
         identity, body = frames[0], frames[1:]
+        max_data = self.settings.max_event_bytes
         try:
             if body and ext.is_extension(body[0]):
-                confirm, rows = ext.decode_collector_rows(body)
+                confirm, rows = ext.decode_collector_rows(body, max_data=max_data)
                 if len(rows) > self.settings.max_batch_events:
                     self._refuse(
                         identity,
@@ -182,16 +216,13 @@ class Pipeline(SocketThread):
                     confirms.append((identity, [row[3] for row in rows]))
                 self.metrics.received.inc(len(rows))
             else:
-                pub = eb.decode_collector(body, self.dialect)
+                pub = eb.decode_collector(body, self.dialect, max_data=max_data)
                 batch.append(NewEvent(pub.topic, pub.producer, pub.timestamp, pub.uuid, pub.data))
                 self.metrics.received.inc()
         except ProtocolError as exc:
-            self._refuse(
-                identity,
-                reject_reason(exc),
-                str(exc),
-                reply=bool(body and ext.is_extension(body[0])),
-            )
+            # A bad event field is counted by field (bad_topic, bad_data...): bounded labels.
+            reason = f"bad_{exc.field}" if isinstance(exc, EventFieldError) else reject_reason(exc)
+            self._refuse(identity, reason, str(exc), reply=bool(body and ext.is_extension(body[0])))
 
     def _refuse(self, identity: bytes, reason: str, detail: str, *, reply: bool) -> None:
         self.metrics.rejected.labels("collector", reason).inc()
@@ -204,9 +235,12 @@ class Pipeline(SocketThread):
             self._send_reply(identity, ext.encode(ext.Error(detail)))
 
     def _send_reply(self, identity: bytes, frames: list[bytes]) -> None:
-        # A peer that is gone or not reading times out on its side and retries.
-        with contextlib.suppress(zmq.ZMQError):
+        # A peer that is gone, or past its bound because it reads no replies, times out
+        # on its side and retries (publishing is idempotent by uuid).
+        try:
             send_frames(self.collector, [identity, *frames], block=False)
+        except zmq.ZMQError:
+            self.metrics.overflows.labels("collector").inc()
 
     def _commit(self, batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]) -> None:
         started = time.perf_counter()
@@ -236,18 +270,20 @@ class Pipeline(SocketThread):
         self.metrics.stored.inc(len(stored))
         self.metrics.sequence.set(stored[-1].seq)
         rows = [[e.topic, e.producer, e.ts, e.uuid, e.data] for e in stored]
-        send_frames(self.stream, [ext.STREAM_BATCH, self._pack([stored[0].seq, rows])])
+        for _, payload in stream_messages(stored[0].seq, rows, self._message_cap, self._pack):
+            self._fan_out(self.stream, [ext.STREAM_BATCH, payload], "stream")
         self.metrics.broadcast.labels("stream").inc(len(stored))
         subs = self.subscriptions
         if subs.active:
-            encode, dialect, sent = eb.encode, self.dialect, 0
+            encode, dialect, sent, fan_out = eb.encode, self.dialect, 0, self._fan_out
             for e in stored:
                 if subs.wants(e.topic):
-                    send_frames(
+                    fan_out(
                         self.publisher,
                         encode(
                             eb.Broadcast(e.topic, e.seq, e.producer, e.ts, e.uuid, e.data), dialect
                         ),
+                        "publisher",
                     )
                     sent += 1
             self.metrics.broadcast.labels("publisher").inc(sent)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import cast
 
 from zbus.common.sqlite import StoreError, connect
+from zbus.eventbus.core.flow import row_bytes
 from zbus.eventbus.server.records import Event, LogStats, Page, TopicStat, _make
 
 # How errors name the file; the writer says the same.
@@ -100,13 +101,37 @@ def _max_seq(conn: sqlite3.Connection) -> int:
     return cast(int, conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
 
+class _Budget:
+    """Rows for one page: ``limit`` of them and ``max_bytes`` (None: no byte bound), and
+    always at least one. ``full`` once a row was refused: another page follows."""
+
+    def __init__(self, limit: int, max_bytes: int | None) -> None:
+        self.rows = limit
+        self.bytes = max_bytes
+        self.taken = 0
+        self.full = False
+
+    def take(self, e: Event) -> bool:
+        if self.taken >= self.rows:
+            self.full = True
+            return False
+        if self.bytes is not None:
+            cost = row_bytes(e.topic, e.producer, e.ts, e.data)
+            if self.taken and cost > self.bytes:
+                self.full = True
+                return False
+            self.bytes -= cost
+        self.taken += 1
+        return True
+
+
 class SqliteLogReader:
     """A read-only view with its own connection. One thread at a time; readers of
     different threads never block each other or the writer (WAL snapshots)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, cache_kib: int = 16_384) -> None:
         self.path = path
-        self._conn = connect(path, 16_384, create=False, what=_WHAT)
+        self._conn = connect(path, cache_kib, create=False, what=_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
         self._stream_ref: weakref.ref[Iterator[int | Event]] | None = None
 
@@ -127,26 +152,33 @@ class SqliteLogReader:
         return map(_event, self._conn.execute(sql, [*params, _bound(since)]))
 
     def snapshot_page(
-        self, subtrees: tuple[str, ...], since: int, after: str | None, limit: int
+        self,
+        subtrees: tuple[str, ...],
+        since: int,
+        after: str | None,
+        limit: int,
+        max_bytes: int | None = None,
     ) -> Page:
-        """Up to ``limit`` latest events per matching topic with seq > since, by topic."""
+        """Up to ``limit`` latest events per matching topic with seq > since, by topic,
+        and no more than ``max_bytes`` of them (:func:`row_bytes`; at least one event)."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
         events: list[Event] = []
+        budget = _Budget(limit, max_bytes)
         self._begin()
         try:
             sequence = _max_seq(self._conn)
             for lo, hi in _ranges(subtrees):
                 # One extra row tells whether another page follows.
-                events += self._latest(lo, hi, after, since, limit + 1 - len(events))
-                if len(events) > limit:
+                for event in self._latest(lo, hi, after, since, limit + 1 - len(events)):
+                    if not budget.take(event):
+                        break
+                    events.append(event)
+                if budget.full:
                     break
         finally:
             self._conn.execute("COMMIT")
-        if len(events) > limit:
-            del events[limit:]
-            return Page(events, events[-1].topic, sequence)
-        return Page(events, None, sequence)
+        return Page(events, events[-1].topic if budget.full else None, sequence)
 
     def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
         """The read point's sequence and every matching latest event, in one read
@@ -166,15 +198,65 @@ class SqliteLogReader:
         finally:
             self._conn.execute("COMMIT")
 
-    def replay(self, subtrees: tuple[str, ...], after_seq: int, limit: int) -> list[Event]:
-        """Logged events (not only the latest) with seq > after_seq, in sequence order."""
+    def replay(
+        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
+    ) -> list[Event]:
+        """Logged events (not only the latest) with seq > after_seq, in sequence order:
+        ``limit`` at most, and no more than ``max_bytes`` of them (at least one)."""
+        if max_bytes is None:
+            return list(self._replay(subtrees, after_seq, limit))
+        budget = _Budget(limit, max_bytes)
+        events: list[Event] = []
+        for event in self._replay(subtrees, after_seq, limit):
+            if not budget.take(event):
+                break
+            events.append(event)
+        return events
+
+    def log_page(
+        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
+    ) -> Page:
+        """:meth:`replay` as a page: its ``next`` is the last sequence when more may follow,
+        and its ``sequence`` the log's last one, read in the same transaction (so every
+        matching event up to it is in the pages from ``after_seq``)."""
+        budget = _Budget(limit, max_bytes)
+        events: list[Event] = []
+        self._begin()
+        try:
+            sequence = _max_seq(self._conn)
+            for event in self._replay(subtrees, after_seq, limit + 1):
+                if not budget.take(event):
+                    break
+                events.append(event)
+        finally:
+            self._conn.execute("COMMIT")
+        return Page(events, str(events[-1].seq) if budget.full else None, sequence)
+
+    def _replay(
+        self, subtrees: tuple[str, ...], after_seq: int, limit: int | None
+    ) -> Iterator[Event]:
         where, params = _range_sql("e.topic", _ranges(subtrees))
-        cur = self._conn.execute(
-            f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where}"
-            " ORDER BY e.seq LIMIT ?",
-            [_bound(after_seq), *params, limit],
-        )
-        return list(map(_event, cur))
+        sql = f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where} ORDER BY e.seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return map(_event, self._conn.execute(sql, [_bound(after_seq), *params]))
+
+    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
+        """:meth:`snapshot` for a client resuming after ``since``: every matching event
+        above it, in sequence order (not only each topic's latest), in one read
+        transaction, read as the stream is consumed."""
+        stream = self._resume_stream(subtrees, since)
+        sequence = cast(int, next(stream))
+        self._stream_ref = weakref.ref(stream)
+        return sequence, cast(Iterator[Event], stream)
+
+    def _resume_stream(self, subtrees: tuple[str, ...], since: int) -> Iterator[int | Event]:
+        self._begin()
+        try:
+            yield _max_seq(self._conn)
+            yield from self._replay(subtrees, since, None)
+        finally:
+            self._conn.execute("COMMIT")
 
     def recent(self, prefix: str, limit: int) -> list[Event]:
         """The newest events whose topic starts with ``prefix``, newest first. Reads the

@@ -70,12 +70,25 @@ class LogReader(Protocol):
     """A read-only view of the log, for one thread at a time."""
 
     def snapshot_page(
-        self, subtrees: tuple[str, ...], since: int, after: str | None, limit: int
+        self,
+        subtrees: tuple[str, ...],
+        since: int,
+        after: str | None,
+        limit: int,
+        max_bytes: int | None = None,
     ) -> Page: ...
 
     def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]: ...
 
-    def replay(self, subtrees: tuple[str, ...], after_seq: int, limit: int) -> list[Event]: ...
+    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]: ...
+
+    def log_page(
+        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
+    ) -> Page: ...
+
+    def replay(
+        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
+    ) -> list[Event]: ...
 
     def recent(self, prefix: str, limit: int) -> list[Event]: ...
 

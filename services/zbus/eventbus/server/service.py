@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import functools
 import json
 import logging
 import sys
@@ -39,6 +40,8 @@ from zbus.runtime.admin import TokenRequired
 from zbus.runtime.service import Service
 
 log = logging.getLogger(__name__)
+
+TRANSFER_CACHE_KIB = 2048  # SQLite page cache of each spec snapshot's read connection
 
 
 class PublishRequest(BaseModel):
@@ -102,9 +105,18 @@ class EventBusService(Service):
         )
         self.pipeline.secure_hook = self.secure
         self.snapshots = SnapshotServer(
-            sync_ctx, self.settings, self.store.reader, self.metrics, self.secure
+            sync_ctx,
+            self.settings,
+            self.store.reader,
+            self.metrics,
+            self.secure,
+            # A spec snapshot reads on a connection of its own: a small cache each.
+            open_transfer_reader=functools.partial(
+                SqliteLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
+            ),
         )
         for thread in (self.pipeline, self.snapshots):
+            self.essential(thread)  # the bus cannot serve without either: fail, exit 1
             thread.start()
             await asyncio.to_thread(thread.ready.wait)
             if thread.failed is not None:
@@ -126,6 +138,7 @@ class EventBusService(Service):
                 last_sequence=self.store.last_sequence,
                 on_mark=self.store.hold_retention,
             )
+            self.essential(self.archiver)  # without it the log is never rolled or trimmed
             self.archiver.start()
         self.endpoints["snapshot"] = self.snapshots.endpoint
         self.endpoints.update(self.pipeline.endpoints)
@@ -142,7 +155,8 @@ class EventBusService(Service):
         return [self._watch()]
 
     async def _watch(self) -> None:
-        """Every second: sample the publish rate, refresh log size, watch the threads."""
+        """Every second: sample the publish rate, refresh the log size. (The threads
+        are the runtime's to watch: :meth:`Service.essential`.)"""
         # One thread owns the reader connection: a cancelled await does not stop the call
         # it waits for, so closing from another thread could race a running query.
         executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eventbus-watch")
@@ -158,9 +172,6 @@ class EventBusService(Service):
                 stats = await loop.run_in_executor(executor, reader.stats)
                 self.metrics.log_bytes.set(stats.size_bytes)
                 self.metrics.log_events.set(stats.events)
-                for thread in (self.pipeline, self.snapshots):
-                    if not thread.is_alive():
-                        raise RuntimeError(f"{thread.name} stopped")
                 await asyncio.sleep(1.0)
         finally:
             executor.submit(reader.close)
@@ -174,17 +185,23 @@ class EventBusService(Service):
         }
 
     async def drain(self) -> None:
-        # The pipeline commits what is queued on the collector before it stops.
-        for thread in (self.snapshots, self.pipeline):
-            thread.stop()
-        for thread in (self.snapshots, self.pipeline):
-            await asyncio.to_thread(thread.join)
+        # The pipeline commits what is queued on the collector before it stops. After a
+        # failed start, either thread may not exist, or exist and never have started.
+        threads = [getattr(self, name, None) for name in ("snapshots", "pipeline")]
+        for thread in threads:
+            if thread is not None:
+                thread.stop()
+        for thread in threads:
+            if thread is not None:
+                await asyncio.to_thread(thread.join)
         # After the pipeline's last commit, before the log closes: a final flush.
         if self.archiver is not None:
             self.archiver.stop()
             await asyncio.to_thread(self.archiver.join)
 
     async def close(self) -> None:
+        if not hasattr(self, "store"):  # the log never opened
+            return
         await asyncio.to_thread(self.store.close)
         log.info("event log closed", extra={"sequence": self.store.last_sequence()})
 
@@ -286,6 +303,7 @@ class EventBusService(Service):
                     p.decode("utf-8", "replace") for p in self.pipeline.subscriptions.prefixes
                 ),
                 "compat": self.settings.compat,
+                "peer_bounds": self.settings.bounds().table(),
                 "archive": {"enabled": False} if self.archiver is None else self.archiver.status(),
             }
 

@@ -1,8 +1,15 @@
-"""The SNAPSHOT socket, in a thread of its own with its own read connection to the log.
+"""The SNAPSHOT socket, in a thread of its own with its own read connections to the log.
 
-Spec clients get SYNC... SYNCEND from one read transaction; zbus clients get one page
-per ZB-SNAPSHOT request (ADR 0002), which bounds the server's memory whatever the
-snapshot size and the client's speed.
+zbus clients get one page per ZB-SNAPSHOT request (ADR 0002), at most ``limit`` events
+and the door's message size, which bounds the server's memory whatever the snapshot
+size and the client's speed. Spec clients get SYNC... SYNCEND, served in turns
+(:mod:`zbus.eventbus.server.transfers`) so that a long one holds up no other request.
+
+What one client can make the bus hold here is bounded in bytes
+(:mod:`zbus.eventbus.core.flow`): the requests queued from it and the replies queued for
+it, each by a high-water mark over the largest message. A page that finds its client's
+queue full is dropped and counted (the client asks again); a SYNC waits for the next
+turn.
 """
 
 from __future__ import annotations
@@ -16,19 +23,22 @@ import zmq
 
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
-from zbus.common.protocols.errors import FrameValueError, ProtocolError
+from zbus.common.protocols.errors import ProtocolError
 from zbus.common.rejects import LogLimiter, reject_reason
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
+from zbus.eventbus.core.flow import SNAPSHOT_REQUEST_BYTES
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
 from zbus.eventbus.server.store import LogReader, StoreError
+from zbus.eventbus.server.transfers import Sent, SpecTransfers
 
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
-STALL_SECONDS = 30.0  # a spec client that reads nothing for this long loses its snapshot
+RETRY_MS = (1, 2, 5, 10, 20, 50)  # waits between turns while every transfer is blocked
+_PAGE_HEADROOM = 8192  # a page's map, cursor and sequence around its events
 
 
 class SnapshotServer(SocketThread):
@@ -39,6 +49,7 @@ class SnapshotServer(SocketThread):
         open_reader: Callable[[], LogReader],
         metrics: BusMetrics,
         secure: Callable[[zmq.Socket[Any]], None],
+        open_transfer_reader: Callable[[], LogReader] | None = None,
     ) -> None:
         super().__init__("eventbus-snapshots")
         self.ctx = ctx
@@ -50,13 +61,24 @@ class SnapshotServer(SocketThread):
         self.endpoint = ""
         self.peers = 0
         self._limiter = LogLimiter()
+        bounds = settings.bounds()
+        self._bounds = bounds
+        self._page_bytes = bounds.message_bytes - _PAGE_HEADROOM
+        self.transfers = SpecTransfers(
+            open_transfer_reader or open_reader, self._send, self.dialect, metrics
+        )
 
     def open(self) -> None:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.linger = 0
         self.sock.router_mandatory = True  # a full peer raises instead of dropping
-        self.sock.sndhwm = 10_000
-        self.sock.maxmsgsize = 1024 * 1024
+        # A client that comes back with the identity it had (a printable one, as Node.js
+        # clients of the RFC set) takes it over at once instead of being refused until
+        # the old connection is seen closed.
+        self.sock.router_handover = True
+        self.sock.sndhwm = self._bounds.snapshot_out.hwm
+        self.sock.rcvhwm = self._bounds.snapshot_in.hwm
+        self.sock.maxmsgsize = SNAPSHOT_REQUEST_BYTES
         self.secure(self.sock)
         self.sock.bind(f"tcp://{self.settings.host}:{self.settings.port}")
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -64,6 +86,7 @@ class SnapshotServer(SocketThread):
         self.counter = PeerCounter(self.sock)
 
     def close(self) -> None:
+        self.transfers.close()
         for name in ("counter", "reader"):
             part = getattr(self, name, None)
             if part is not None:
@@ -76,13 +99,23 @@ class SnapshotServer(SocketThread):
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.counter.monitor, zmq.POLLIN)
+        idle_turns = 0
         while not self.halted:
-            for sock, _ in poller.poll(POLL_MS):
+            if not self.transfers.busy:
+                timeout = POLL_MS
+            elif idle_turns == 0:
+                timeout = 0
+            else:  # every transfer waits for its client: back off, up to 50 ms
+                timeout = RETRY_MS[min(idle_turns, len(RETRY_MS)) - 1]
+            for sock, _ in poller.poll(timeout):
                 if sock is self.sock:
                     self._serve_pending()
                 else:
                     self.peers = self.counter.drain()
                     self.metrics.peers.labels("snapshot").set(self.peers)
+            if self.transfers.busy:
+                progressed = self.transfers.turn(time.monotonic())
+                idle_turns = 0 if progressed else idle_turns + 1
 
     def _serve_pending(self) -> None:
         for _ in range(1000):
@@ -100,12 +133,7 @@ class SnapshotServer(SocketThread):
             else:
                 self._spec(identity, eb.decode_snapshot_request(body, self.dialect))
         except ProtocolError as exc:
-            self.metrics.rejected.labels("snapshot", reject_reason(exc)).inc()
-            if self._limiter.allow(time.time()):
-                log.warning(
-                    "snapshot request rejected",
-                    extra={"peer": identity.hex(), "reason": reject_reason(exc), "error": str(exc)},
-                )
+            self._reject(identity, reject_reason(exc), str(exc))
             if extension:
                 self._send(identity, ext.encode(ext.Error(str(exc))))
         except StoreError as exc:
@@ -119,51 +147,36 @@ class SnapshotServer(SocketThread):
             if extension:
                 self._send(identity, ext.encode(ext.Error(f"internal error: {exc}")))
 
+    def _reject(self, identity: bytes, reason: str, detail: str) -> None:
+        self.metrics.rejected.labels("snapshot", reason).inc()
+        if self._limiter.allow(time.time()):
+            log.warning(
+                "snapshot request rejected",
+                extra={"peer": identity.hex(), "reason": reason, "error": detail},
+            )
+
     def _page(self, identity: bytes, q: ext.SnapshotQuery) -> None:
         self.metrics.snapshots.labels(f"page-{q.mode}").inc()
         if q.mode == "latest":
-            page = self.reader.snapshot_page(q.subtrees, q.since, q.after, q.limit)
-            rows, nxt, sequence = page.events, page.next, page.sequence
+            page = self.reader.snapshot_page(
+                q.subtrees, q.since, q.after, q.limit, self._page_bytes
+            )
         else:
-            start = q.since if q.after is None else _int_cursor(q.after)
-            sequence = self.reader.stats().last_seq
-            rows = self.reader.replay(q.subtrees, start, q.limit)
-            nxt = str(rows[-1].seq) if len(rows) == q.limit else None
-        out = [[e.seq, e.topic, e.producer, e.ts, e.uuid, e.data] for e in rows]
-        self._send(identity, ext.encode_page(out, nxt, sequence))
+            page = self.reader.log_page(q.subtrees, ext.log_cursor(q), q.limit, self._page_bytes)
+        out = [[e.seq, e.topic, e.producer, e.ts, e.uuid, e.data] for e in page.events]
+        if self._send(identity, ext.encode_page(out, page.next, page.sequence)) is Sent.FULL:
+            self.metrics.overflows.labels("snapshot").inc()  # it asks again
 
     def _spec(self, identity: bytes, cmd: eb.SyncStart) -> None:
-        self.metrics.snapshots.labels("spec").inc()
-        sequence, events = self.reader.snapshot(cmd.subtrees, cmd.sequence)
-        encode, dialect = eb.encode, self.dialect
+        if not self.transfers.request(identity, cmd, time.monotonic()):
+            self._reject(identity, "busy", "too many spec snapshots under way")
+
+    def _send(self, identity: bytes, frames: list[bytes]) -> Sent:
+        """Queue a message for one peer, without waiting."""
         try:
-            for e in events:
-                frames = encode(eb.Sync(e.topic, e.seq, e.producer, e.ts, e.uuid, e.data), dialect)
-                if not self._send(identity, frames, wait=True):
-                    self.metrics.snapshot_aborted.inc()
-                    return
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-        self._send(identity, encode(eb.SyncEnd(cmd.subtrees, sequence), dialect), wait=True)
-
-    def _send(self, identity: bytes, frames: list[bytes], *, wait: bool = False) -> bool:
-        """Send to one peer; with ``wait``, ride out a full queue for up to STALL_SECONDS."""
-        deadline = time.monotonic() + STALL_SECONDS
-        while True:
-            try:
-                send_frames(self.sock, [identity, *frames], block=False)
-                return True
-            except zmq.Again:
-                if not wait or time.monotonic() > deadline or self.halted:
-                    return False
-                time.sleep(0.001)  # back-pressure from this one slow client
-            except zmq.ZMQError:  # EHOSTUNREACH: the client went away
-                return False
-
-
-def _int_cursor(text: str) -> int:
-    if not text.isdigit():
-        raise FrameValueError(ext.PROTOCOL, "a sequence cursor", command="ZB-SNAPSHOT")
-    return int(text)
+            send_frames(self.sock, [identity, *frames], block=False)
+        except zmq.Again:
+            return Sent.FULL
+        except zmq.ZMQError:  # EHOSTUNREACH: the client went away
+            return Sent.GONE
+        return Sent.OK
