@@ -25,7 +25,9 @@ The parts, all re-exported here (import from this module):
 - :mod:`zbus.eventbus.client.blocking`: :class:`EventBusClient`, :class:`Subscription`;
 - :mod:`zbus.eventbus.client.asyncio`: :class:`AsyncEventBusClient`,
   :class:`AsyncSubscription`;
-- :mod:`zbus.eventbus.client.log_reader`: :class:`LogReader`, paged reads of a bus's log.
+- :mod:`zbus.eventbus.client.log_reader`: :class:`LogReader`, paged reads of a bus's log;
+- :mod:`zbus.eventbus.client.mc0`: :class:`Mc0Client`, a blocking client of the bus's
+  mc0 door (or of any mc0 broker).
 """
 
 from zbus.eventbus.client.asyncio import AsyncEventBusClient, AsyncSubscription
@@ -37,6 +39,7 @@ from zbus.eventbus.client.common import Compat as Compat
 from zbus.eventbus.client.common import EndpointsArg as EndpointsArg
 from zbus.eventbus.client.common import Item as Item
 from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
+from zbus.eventbus.client.mc0 import Mc0Client, Mc0Error, Mc0Message
 from zbus.eventbus.core.sync import Event
 
 __all__ = [
@@ -49,6 +52,9 @@ __all__ = [
     "LogPage",
     "LogQueryError",
     "LogReader",
+    "Mc0Client",
+    "Mc0Error",
+    "Mc0Message",
     "PublishError",
     "Subscription",
 ]
