@@ -5,17 +5,19 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Every dependency's version, for `make install` and the images alike (`make constraints`).
+CONSTRAINTS := deploy/constraints.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down test unit lint bench validate clean
+.PHONY: help install up down test unit lint bench validate images constraints clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[spark]' --group dev
+	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e '.[spark]' --group dev -c $(CONSTRAINTS)
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install zbus with its test tools (idempotent)
@@ -30,9 +32,10 @@ test: install lint ## lint, then the whole test suite
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install ## ruff (lint + format check), mypy --strict and the import layers (lint-imports)
-	$(BIN)/ruff check services tests
-	$(BIN)/ruff format --check services tests
+	$(BIN)/ruff check services tests deploy
+	$(BIN)/ruff format --check services tests deploy
 	$(BIN)/mypy
+	$(BIN)/mypy --strict deploy/images.py
 	$(BIN)/lint-imports
 
 bench: install ## benchmarks: figures and ratios to a baseline measured in the same run
@@ -43,6 +46,20 @@ bench: install ## benchmarks: figures and ratios to a baseline measured in the s
 
 validate: install ## offline checks of the deploy files
 	$(PY) -m tests.validate
+
+images: install ## build the images with no registry: a base made from Debian packages, a wheelhouse
+	$(PY) deploy/images.py
+
+constraints: ## resolve every dependency afresh and pin the result in deploy/constraints.txt
+	rm -rf .cache/lock
+	$(PYTHON) -m venv .cache/lock
+	.cache/lock/bin/pip install --quiet --upgrade pip
+	.cache/lock/bin/pip install --quiet '.[spark]' --group dev 'setuptools>=77'
+	{ echo '# Every dependency of zbus, its Spark extra, its dev tools and its build backend,'; \
+	  echo '# pinned: `make install` and the images (deploy/Dockerfile*) install with'; \
+	  echo '# `-c deploy/constraints.txt`. Regenerate with `make constraints`.'; \
+	  .cache/lock/bin/pip freeze --all --exclude zbus; } > $(CONSTRAINTS)
+	rm -rf .cache/lock
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

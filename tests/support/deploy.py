@@ -79,6 +79,8 @@ MANAGED_COMMON: Final = frozenset(
         "ZBUS_BROKER_PUBLIC_KEY",
         "ZBUS_CATALOG_ENDPOINT",
         "ZBUS_EVENTBUS_ENDPOINT",
+        # The launcher's pipe to its services: a container's lifetime is the engine's.
+        "ZBUS_LIFELINE_FD",
     }
 )
 MANAGED: Final = {

@@ -46,6 +46,16 @@ def test_bad_environment_value_is_a_config_error(monkeypatch: pytest.MonkeyPatch
         DemoSettings.load()
 
 
+def test_the_registered_name_is_the_service_s_or_node_name_with_the_host_s_name() -> None:
+    import socket
+
+    assert DemoSettings.load([]).registered_name("demo") == "demo"
+    assert DemoSettings.load(["--node-name", "demo-2"]).registered_name("demo") == "demo-2"
+    # Replicas of one container image differ by their host names.
+    scaled = DemoSettings.load(["--node-name", "worker-{hostname}"])
+    assert scaled.registered_name("demo") == f"worker-{socket.gethostname()}"
+
+
 def test_log_lines_are_single_json_objects_with_extra_fields() -> None:
     record = logging.LogRecord(
         "zbus.test", logging.WARNING, __file__, 1, "bad %s", ("frame",), None

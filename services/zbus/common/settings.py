@@ -8,6 +8,7 @@ the defaults.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -78,7 +79,9 @@ class ServiceSettings(BaseSettings):
         "CURVE with its own key pair",
     )
     node_name: str = Field(
-        "", description="the name the service registers under (empty: the service's name)"
+        "",
+        description="the name the service registers under (empty: the service's name); "
+        "{hostname} in it becomes this host's name, so that replicas differ",
     )
     lifeline_fd: int | None = Field(
         None,
@@ -126,6 +129,14 @@ class ServiceSettings(BaseSettings):
             raise ConfigError(f"invalid configuration: {problems}") from None
         except SettingsError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
+
+    def registered_name(self, service: str) -> str:
+        """The name to register (and produce) under: ``node_name`` with ``{hostname}``
+        replaced by this host's name (a container's own, so every replica of a scaled
+        service has one of its own), or ``service`` when ``node_name`` is empty."""
+        if not self.node_name:
+            return service
+        return self.node_name.replace("{hostname}", socket.gethostname())
 
     @classmethod
     def service_name(cls) -> str:

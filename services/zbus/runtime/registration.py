@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from zbus.catalog.client.node import CatalogNode
+from zbus.catalog.client.node import CatalogNode, RegistrationDenied
 from zbus.common.security import CurveClient
 
 
 class NodeSettings(Protocol):
-    @property
-    def node_name(self) -> str: ...
+    def registered_name(self, service: str) -> str: ...
     @property
     def host(self) -> str: ...
     @property
@@ -46,13 +45,20 @@ log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL = 1.0
 
 
+def name_taken(exc: RegistrationDenied) -> bool:
+    """Whether the catalog denied the name because another live node holds it (its
+    reason text, seed 004 leaving the reasons free): a state that passes once the
+    catalog misses the holder's heartbeats, unlike a policy denial."""
+    return any(reason.startswith("name taken") for reason in exc.reasons)
+
+
 def node_info(service: RegisteredService) -> dict[str, Any]:
     """The REGISTRATION body: the spec's minimum fields plus zbus's endpoints."""
     endpoints = {k: v for k, v in service.info()["endpoints"].items() if v}
     first = next((v for k, v in endpoints.items() if k != "admin"), endpoints.get("admin", ""))
     parsed = urlparse(first.replace("tcp://", "http://", 1))
     return {
-        "name": service.settings.node_name or service.name,
+        "name": service.settings.registered_name(service.name),
         "ip": parsed.hostname or service.settings.host,
         "port": parsed.port or 0,
         "function": service.name,

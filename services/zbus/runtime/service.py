@@ -46,6 +46,7 @@ import zmq.asyncio
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge, Info, ProcessCollector
 
+from zbus.catalog.client.node import RegistrationDenied
 from zbus.common.clock import Clock, SystemClock
 from zbus.common.logs import configure_logging
 from zbus.common.security import (
@@ -62,10 +63,13 @@ from zbus.common.version import __version__
 from zbus.runtime.admin import create_admin_app
 from zbus.runtime.lifeline import watch_lifeline
 from zbus.runtime.logship import install_log_shipping
-from zbus.runtime.registration import CatalogRegistration
+from zbus.runtime.registration import CatalogRegistration, name_taken
 
 log = logging.getLogger(__name__)
 
+#: Seconds before registering again when the catalog says the name is taken: the first
+#: wait, doubling up to the longest.
+NAME_TAKEN_RETRY = (0.5, 5.0)
 _WATCH_EVERY = 1.0  # seconds between looks at the essential threads that have no hook
 
 
@@ -153,16 +157,35 @@ class Service:
         if not endpoint or self.name == "catalog":
             return
         self._registration = CatalogRegistration(self, endpoint)
-        self._registration_task = asyncio.create_task(self._keep_registered())
+        self._registration_task = asyncio.create_task(self._keep_registered(endpoint))
 
-    async def _keep_registered(self) -> None:
-        assert self._registration is not None
-        try:
-            await self._registration.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # e.g. denied by policy: stay up, unready, and say why
-            log.error("catalog registration failed", extra={"error": str(exc)})
+    async def _keep_registered(self, endpoint: str) -> None:
+        delay = NAME_TAKEN_RETRY[0]
+        while True:
+            assert self._registration is not None
+            try:
+                await self._registration.run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except RegistrationDenied as exc:
+                if not name_taken(exc):  # denied by policy: stay up, unready, and say why
+                    log.error("catalog registration failed", extra={"error": str(exc)})
+                    return
+                # The name's last holder, most often this very service before a restart
+                # (kill -9, a container restarted), stays live in the catalog until its
+                # heartbeats are missed; then the name is free again.
+                log.warning(
+                    "catalog registration denied: the name is taken; trying again",
+                    extra={"error": str(exc), "retry_seconds": delay},
+                )
+            except Exception as exc:
+                log.error("catalog registration failed", extra={"error": str(exc)})
+                return
+            # Backoff between attempts (a retry policy, not a synchronisation point).
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, NAME_TAKEN_RETRY[1])
+            self._registration = CatalogRegistration(self, endpoint)
 
     def info(self) -> dict[str, Any]:
         return {

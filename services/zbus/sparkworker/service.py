@@ -226,7 +226,7 @@ class SparkWorkerService(Service):
         if self._bus is not None:
             self.announcer = Announcer(
                 self._bus,
-                f"sparkworker:{self.settings.node_name or self.name}",
+                f"sparkworker:{self.settings.registered_name(self.name)}",
                 counted=self._count_announcement,
                 curve=self.curve_client(self.settings.eventbus_public_key),
             )

@@ -188,6 +188,58 @@ async def test_a_zbus_service_registers_itself_and_leaves_on_stop(tmp_path: Path
         await async_wait_for(gone, what="the echo service to leave the catalog")
 
 
+async def test_a_restarted_service_registers_once_its_former_self_has_expired(
+    tmp_path: Path,
+) -> None:
+    """A service started again at once (kill -9, a container restarted) finds its name
+    held by its former self, which the catalog keeps live until it misses its heartbeats;
+    the service tries again and registers then, instead of staying unready."""
+    import socket
+    import time
+
+    from tests.support.echo_service import EchoService, EchoSettings
+
+    # Heartbeats every 0.2 s, 15 missed before a node is inactive: the name stays taken
+    # for 3 s after the former self's last word, long enough to be found taken.
+    async with running_catalog(
+        tmp_path / "catalog", heartbeat_interval=0.2, heartbeat_misses=15
+    ) as catalog:
+        name = f"echo-{socket.gethostname()}"
+        former = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+        former.linger = 0
+        former.connect(catalog.endpoints["dbp"])
+        await former.send_multipart(dbp.encode(dbp.Registration(_info(name), time.time())))
+        approved = dbp.decode(await asyncio.wait_for(former.recv_multipart(), 10 * UNIT))
+        assert isinstance(approved, dbp.Approved)
+        former.close()  # gone without a DISCONNECT, as a killed process goes
+
+        service = EchoService(
+            EchoSettings(
+                data_dir=tmp_path / "echo",
+                catalog_endpoint=catalog.endpoints["dbp"],
+                node_name="echo-{hostname}",
+            )
+        )
+        task = asyncio.create_task(service.run())
+        try:
+
+            async def denied() -> bool:
+                return catalog.core.counters["registrations_denied_name_taken"] >= 1
+
+            await async_wait_for(denied, what="the name found taken")
+
+            async def registered() -> bool:
+                listed = await _services(catalog)
+                return service.readiness().get("catalog") is True and (
+                    listed.get(name, {}).get("info", {}).get("function") == "echo"
+                )
+
+            await async_wait_for(registered, within=30, what="registered once the name is free")
+        finally:
+            service.request_stop()
+            await asyncio.wait_for(task, 20 * UNIT)
+
+
 async def test_the_catalog_is_found_by_its_beacon(tmp_path: Path) -> None:
     import socket
 

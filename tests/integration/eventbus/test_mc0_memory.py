@@ -9,11 +9,7 @@ bus may hold at most the documented bound more.
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -24,6 +20,7 @@ from typing import Any
 
 import zmq
 
+from tests.support.bus_process import bus_process, memory_bytes
 from tests.support.waiting import UNIT, wait_for
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 
@@ -41,42 +38,13 @@ SLOW = 'zbus_eventbus_mc0_dropped_total{reason="slow_client"}'
 
 @contextmanager
 def _bus(data_dir: Path) -> Iterator[tuple[int, BusEndpoints, str, str]]:
-    env = {
-        **os.environ,
-        "ZBUS_DATA_DIR": str(data_dir),
-        "ZBUS_ARCHIVE": "false",
-        "ZBUS_MC0_PORT": "0",
-        "ZBUS_MC0_PEER_BYTES": str(PEER_BYTES),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zbus.eventbus", "--port", "0", "--admin-port", "0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            entry = json.loads(line)
-            if entry["msg"] == "service ready":
-                ends = entry["endpoints"]
-                break
-        else:
-            raise AssertionError(f"event bus exited before it was ready: {proc.wait()}")
-        # Its log lines are read on, so that a full pipe never stalls the bus.
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
-        yield proc.pid, BusEndpoints.from_info(ends), ends["admin"], ends["mc0"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30 * UNIT)
+    settings = {"ZBUS_MC0_PORT": "0", "ZBUS_MC0_PEER_BYTES": str(PEER_BYTES)}
+    with bus_process(data_dir, settings) as (pid, ends):
+        yield pid, BusEndpoints.from_info(ends), ends["admin"], ends["mc0"]
 
 
 def _peak_rss(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"^VmHWM:\s+(\d+) kB$", status, re.MULTILINE)
-    assert match is not None, status
-    return int(match[1]) * 1024
+    return memory_bytes(pid, "VmHWM")
 
 
 def _metrics(admin: str) -> dict[str, float]:

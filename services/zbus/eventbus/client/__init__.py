@@ -9,8 +9,9 @@ logic (snapshot/stream merge, gap repair, failover, reset) is the sans-I/O
 Threads: a client's publishing methods belong to one thread at a time, and so does each
 subscription; a subscription and the publisher may live in different threads.
 
-Without ``confirm`` publishing is fire-and-forget and :meth:`close` drops whatever is
-still queued (linger 0): ask for a confirm where an event must not be lost.
+Without ``confirm`` publishing is fire-and-forget: :meth:`close` gives what is still
+queued up to ``linger`` seconds (5 by default) to reach the bus and drops the rest; ask
+for a confirm where an event must not be lost.
 
 With ``compat="spec"`` or ``compat="node"`` the clients keep to the plain protocol, for
 buses that speak nothing else (the Node.js reference bus): spec PUBs, SYNCSTART and the
