@@ -78,10 +78,10 @@ class ServiceSettings(BaseSettings):
         description="the broker's CURVE public key file: a worker then connects over "
         "CURVE with its own key pair",
     )
-    # "{hostname}" in the name becomes this host's name (registered_name): replicas of a
-    # scaled container register under names of their own.
     node_name: str = Field(
-        "", description="the name the service registers under (empty: the service's name)"
+        "",
+        description="the name the service registers under (empty: the service's name); "
+        "{hostname} in it becomes this host's name, so that replicas differ",
     )
     lifeline_fd: int | None = Field(
         None,
