@@ -9,6 +9,13 @@ Publish and subscribe::
     with zbus.EventBusClient("tcp://127.0.0.1:5556", producer="me") as bus:
         bus.publish("/sensors/t1", {"celsius": 21.5}, confirm=True)
 
+Speak mc0 (MCollective's 0MQ connector protocol) to the bus's mc0 door::
+
+    with zbus.Mc0Client("tcp://127.0.0.1:61616") as client:
+        client.subscribe("mcollective nodes")
+        client.put("mcollective nodes", b"hello", {"X-REPLY-TO": "mcollective reply me"})
+        print(client.next(timeout=5))
+
 Run jobs::
 
     with zbus.BrokerClient("tcp://127.0.0.1:47291") as broker:
@@ -49,6 +56,9 @@ from zbus.eventbus.client import (
     LogPage,
     LogQueryError,
     LogReader,
+    Mc0Client,
+    Mc0Error,
+    Mc0Message,
     PublishError,
     Subscription,
 )
@@ -77,6 +87,9 @@ __all__ = [
     "LogPage",
     "LogQueryError",
     "LogReader",
+    "Mc0Client",
+    "Mc0Error",
+    "Mc0Message",
     "NodeState",
     "ProtocolError",
     "PublishError",

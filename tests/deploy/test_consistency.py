@@ -49,6 +49,7 @@ CONTRACT = frozenset(
         "ZBUS_PUBLISHER_PORT",
         "ZBUS_COLLECTOR_PORT",
         "ZBUS_STREAM_PORT",
+        "ZBUS_MC0_PORT",
         "ZBUS_CLIENT_PORT",
         "ZBUS_WORKER_PORT",
     }

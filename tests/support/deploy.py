@@ -52,7 +52,9 @@ ADMIN_PORTS: Final = {
 #: The ZeroMQ and UDP ports each service listens on, as (port, protocol).
 PORTS: Final[dict[str, frozenset[tuple[int, str]]]] = {
     "catalog": frozenset({(5246, "tcp"), (5246, "udp"), (5245, "udp")}),
-    "eventbus": frozenset({(5556, "tcp"), (5557, "tcp"), (5558, "tcp"), (5559, "tcp")}),
+    "eventbus": frozenset(
+        {(5556, "tcp"), (5557, "tcp"), (5558, "tcp"), (5559, "tcp"), (61616, "tcp")}
+    ),
     "broker": frozenset({(47291, "tcp"), (47290, "tcp")}),
     "worker": frozenset(),
     "sparkworker": frozenset(),
@@ -77,6 +79,8 @@ MANAGED_COMMON: Final = frozenset(
         "ZBUS_BROKER_PUBLIC_KEY",
         "ZBUS_CATALOG_ENDPOINT",
         "ZBUS_EVENTBUS_ENDPOINT",
+        # The launcher's pipe to its services: a container's lifetime is the engine's.
+        "ZBUS_LIFELINE_FD",
     }
 )
 MANAGED: Final = {
@@ -87,6 +91,7 @@ MANAGED: Final = {
         "ZBUS_PUBLISHER_PORT",
         "ZBUS_COLLECTOR_PORT",
         "ZBUS_STREAM_PORT",
+        "ZBUS_MC0_PORT",
         "ZBUS_ARCHIVE_PATH",
     },
     "broker": MANAGED_COMMON | {"ZBUS_CLIENT_PORT", "ZBUS_WORKER_PORT"},

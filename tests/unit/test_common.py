@@ -92,3 +92,26 @@ def test_manual_clock_moves_only_forward_when_told() -> None:
     assert (clock.time(), clock.monotonic()) == (102.5, 2.5)
     with pytest.raises(ValueError, match="does not go back"):
         clock.advance(-1)
+
+
+def test_recv_frames_takes_one_whole_message_as_send_frames_sent_it() -> None:
+    import zmq
+
+    from zbus.common.wire import recv_frames, send_frames
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        a.bind("inproc://zbus-wire-test")
+        b.connect("inproc://zbus-wire-test")
+        with pytest.raises(zmq.Again):
+            recv_frames(b)
+        send_frames(a, [b"", b"MESSAGE", b"TOPIC", b"t", b"", bytes(300)])
+        send_frames(a, [b"one"])
+        assert b.poll(10_000)
+        assert recv_frames(b) == [b"", b"MESSAGE", b"TOPIC", b"t", b"", bytes(300)]
+        assert recv_frames(b) == [b"one"]
+    finally:
+        a.close(linger=0)
+        b.close(linger=0)
+        ctx.term()

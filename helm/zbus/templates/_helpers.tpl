@@ -78,8 +78,10 @@ eventbus:
     - {name: publisher, port: 5557, protocol: TCP}
     - {name: collector, port: 5558, protocol: TCP}
     - {name: stream, port: 5559, protocol: TCP}
+    - {name: mc0, port: 61616, protocol: TCP}
   env:
     ZBUS_PORT: "5556"
+    ZBUS_MC0_PORT: "61616"
 broker:
   kind: StatefulSet
   image: image

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.support.bus_process import bus_process, memory_bytes
 from tests.support.waiting import UNIT
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 
@@ -35,42 +35,16 @@ TOLERANCE = 24 * MiB
 
 @contextmanager
 def _bus(data_dir: Path) -> Iterator[tuple[int, BusEndpoints, str, str]]:
-    env = {
-        **os.environ,
-        "ZBUS_DATA_DIR": str(data_dir),
-        "ZBUS_ARCHIVE": "false",
+    settings = {
         "ZBUS_MAX_EVENT_BYTES": str(64 * 1024),
         "ZBUS_STREAM_PEER_BYTES": str(STREAM_PEER_BYTES),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zbus.eventbus", "--port", "0", "--admin-port", "0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            entry = json.loads(line)
-            if entry["msg"] == "service ready":
-                ends = entry["endpoints"]
-                break
-        else:
-            raise AssertionError(f"event bus exited before it was ready: {proc.wait()}")
-        yield proc.pid, BusEndpoints.from_info(ends), ends["admin"], json.dumps(ends)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30 * UNIT)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    with bus_process(data_dir, settings) as (pid, ends):
+        yield pid, BusEndpoints.from_info(ends), ends["admin"], json.dumps(ends)
 
 
 def _rss(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"^VmRSS:\s+(\d+) kB$", status, re.MULTILINE)
-    assert match is not None, status
-    return int(match[1]) * 1024
+    return memory_bytes(pid)
 
 
 def _metric(admin: str, name: str, **labels: str) -> float:

@@ -170,3 +170,36 @@ async def test_a_huge_replay_to_a_client_that_does_not_read_holds_up_no_other(
             for s in (dealer, stalled):
                 s.close(linger=0)
             ctx.term()
+
+
+async def test_a_new_syncstart_replaces_the_clients_snapshot_under_way(tmp_path: Path) -> None:
+    async with running_bus(tmp_path) as bus:
+        ctx = zmq.asyncio.Context()
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(bus.endpoints["collector"])
+        client = ctx.socket(zmq.DEALER)
+        client.rcvhwm = 1
+        client.connect(bus.endpoints["snapshot"])
+        try:
+            for batch in range(20):
+                events = [new_event(f"/bulk/{batch:02d}{i:03d}", bytes(1000)) for i in range(1000)]
+                await confirmed_publish(dealer, events)
+            await confirmed_publish(dealer, [new_event("/small/one", b"s")])
+            await client.send_multipart(eb.encode(eb.SyncStart(("/bulk/",), 0)))
+            await client.send_multipart(eb.encode(eb.SyncStart(("/small/",), 0)))
+            # What the first one had queued already may come first; then the second
+            # one's answer, whole, and never the first one's end.
+            topics = []
+            while True:
+                frames = await asyncio.wait_for(client.recv_multipart(), 10 * UNIT)
+                cmd = eb.decode_snapshot_reply(frames)
+                if isinstance(cmd, eb.SyncEnd):
+                    break
+                topics.append(cmd.topic)
+            assert cmd == eb.SyncEnd(("/small/",), 20_001)
+            assert topics[-1] == "/small/one" and len(topics) < 20_001
+            assert not await client.poll(500)  # nothing more: the first one was dropped
+        finally:
+            for s in (dealer, client):
+                s.close(linger=0)
+            ctx.term()

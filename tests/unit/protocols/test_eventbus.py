@@ -6,6 +6,7 @@ import contextlib
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -233,6 +234,28 @@ def test_node_event_data_unpacks_leniently() -> None:
     assert unpack_data(b"", lenient=True) is None
     with pytest.raises(FrameValueError):
         unpack_data(b"")
+
+
+# What msgpack-c 1.1 (the Node.js peer's library) writes for a 40-character string and
+# a 3-byte Buffer (str8 and bin8), and for a 300-byte Buffer (bin16).
+MSGPACK_C_1_1 = [
+    (b"\xd9\x28" + b"x" * 40, "x" * 40),
+    (b"\xc4\x03\x00\x01\x02", b"\x00\x01\x02"),
+    (b"\xc5\x01\x2c" + bytes(300), bytes(300)),
+]
+
+
+@pytest.mark.parametrize(("data", "value"), MSGPACK_C_1_1)
+def test_the_node_peers_msgpack_is_read_strictly(data: bytes, value: object) -> None:
+    assert unpack_data(data) == value
+    assert unpack_data(data, lenient=True) == value
+
+
+def test_no_doc_calls_the_node_peers_msgpack_older_than_str8_and_bin() -> None:
+    root = Path(__file__).resolve().parents[3]
+    files = [*root.glob("docs/**/*.md"), *root.glob("services/zbus/**/*.py"), root / "README.md"]
+    stale = re.compile(r"pre-2013|before the 2013|old[- ]spec msgpack", re.IGNORECASE)
+    assert [str(f.relative_to(root)) for f in files if stale.search(f.read_text())] == []
 
 
 def test_unpack_data_reads_current_msgpack() -> None:

@@ -9,8 +9,9 @@ logic (snapshot/stream merge, gap repair, failover, reset) is the sans-I/O
 Threads: a client's publishing methods belong to one thread at a time, and so does each
 subscription; a subscription and the publisher may live in different threads.
 
-Without ``confirm`` publishing is fire-and-forget and :meth:`close` drops whatever is
-still queued (linger 0): ask for a confirm where an event must not be lost.
+Without ``confirm`` publishing is fire-and-forget: :meth:`close` gives what is still
+queued up to ``linger`` seconds (5 by default) to reach the bus and drops the rest; ask
+for a confirm where an event must not be lost.
 
 With ``compat="spec"`` or ``compat="node"`` the clients keep to the plain protocol, for
 buses that speak nothing else (the Node.js reference bus): spec PUBs, SYNCSTART and the
@@ -25,7 +26,9 @@ The parts, all re-exported here (import from this module):
 - :mod:`zbus.eventbus.client.blocking`: :class:`EventBusClient`, :class:`Subscription`;
 - :mod:`zbus.eventbus.client.asyncio`: :class:`AsyncEventBusClient`,
   :class:`AsyncSubscription`;
-- :mod:`zbus.eventbus.client.log_reader`: :class:`LogReader`, paged reads of a bus's log.
+- :mod:`zbus.eventbus.client.log_reader`: :class:`LogReader`, paged reads of a bus's log;
+- :mod:`zbus.eventbus.client.mc0`: :class:`Mc0Client`, a blocking client of the bus's
+  mc0 door (or of any mc0 broker).
 """
 
 from zbus.eventbus.client.asyncio import AsyncEventBusClient, AsyncSubscription
@@ -37,6 +40,7 @@ from zbus.eventbus.client.common import Compat as Compat
 from zbus.eventbus.client.common import EndpointsArg as EndpointsArg
 from zbus.eventbus.client.common import Item as Item
 from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
+from zbus.eventbus.client.mc0 import Mc0Client, Mc0Error, Mc0Message
 from zbus.eventbus.core.sync import Event
 
 __all__ = [
@@ -49,6 +53,9 @@ __all__ = [
     "LogPage",
     "LogQueryError",
     "LogReader",
+    "Mc0Client",
+    "Mc0Error",
+    "Mc0Message",
     "PublishError",
     "Subscription",
 ]

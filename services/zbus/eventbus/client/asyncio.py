@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -148,7 +149,12 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
+        await self.aclose()
+
+    async def aclose(self, linger: float = 5.0) -> None:
+        """:meth:`close` without blocking the loop while queued events linger."""
+        if self._shut(linger) and self._own_ctx:
+            await asyncio.to_thread(self._ctx.term)
 
     async def subscribe(
         self,

@@ -114,16 +114,26 @@ class _Base(Generic[_S]):
         """Malformed replies received on the publishing socket (dropped)."""
         return self._outbox.malformed
 
-    def close(self) -> None:
-        """Close the subscriptions and sockets (linger 0) and the context if it is ours."""
+    def close(self, linger: float = 5.0) -> None:
+        """Close the subscriptions, the sockets and the context if it is ours.
+
+        Events published without a confirm may still be queued in this process: a bus
+        that is busy takes them as fast as it commits (what one peer can make it hold is
+        bounded). They get up to ``linger`` seconds to leave, and are dropped after
+        that; 0 drops them at once.
+        """
+        if self._shut(linger) and self._own_ctx:
+            self._ctx.term()  # waits for what lingers
+
+    def _shut(self, linger: float) -> bool:
+        """Close every socket (the publisher's lingering); False if already closed."""
         if self._closed:
-            return
+            return False
         self._closed = True
         for sub in list(self._subscriptions):
             sub.close()
-        self._drop_publisher()
-        if self._own_ctx:
-            self._ctx.term()
+        self._drop_publisher(max(0, int(linger * 1000)))
+        return True
 
     def _core(
         self, subtrees: Iterable[str] | str, since: int, page_limit: int
@@ -174,9 +184,9 @@ class _Base(Generic[_S]):
             sock.sndtimeo = self._sndtimeo = ms  # zmq.asyncio honours it for awaited sends
         return sock
 
-    def _drop_publisher(self) -> None:
+    def _drop_publisher(self, linger_ms: int = 0) -> None:
         if self._pub is not None:
-            self._pub.close(linger=0)
+            self._pub.close(linger=linger_ms)
             self._pub = None
 
     def _rotate_publisher(self) -> None:
@@ -257,8 +267,10 @@ class _SubscriptionBase(Generic[_S]):
         # The stream first: what it buffers meanwhile is merged with the snapshot.
         new, ends = self._client._socket, self.endpoints
         stream = new(zmq.SUB)
-        stream.rcvhwm = STREAM_RCVHWM
         if self._dialect is None:
+            # In the plain protocol a drop cannot be repaired: ZeroMQ's default (1,000
+            # BROADCASTs) stays, so that a slow subscriber has more slack there.
+            stream.rcvhwm = STREAM_RCVHWM
             stream.subscribe(ext.STREAM_BATCH)
             stream.subscribe(ext.STREAM_HEARTBEAT)
             stream.connect(ends.stream)

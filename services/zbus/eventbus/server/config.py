@@ -9,6 +9,8 @@ from pydantic import Field, model_validator
 from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
 from zbus.common.settings import ServiceSettings
 from zbus.eventbus.core.flow import PeerBounds
+from zbus.eventbus.core.mc0 import Mc0Limits
+from zbus.eventbus.core.mc0_outbox import smallest_peer_bytes
 
 MiB = 1024 * 1024
 
@@ -87,6 +89,18 @@ class EventBusSettings(ServiceSettings):
         ge=1,
         description="flush early once this many events wait; at most this many per flush",
     )
+    mc0_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="the mc0 door's port (61616 in the local cluster and the containers); "
+        "unset: no mc0 door; 0: any free port",
+    )
+    mc0_peer_bytes: int = Field(
+        64 * MiB,
+        ge=1,
+        description="what one mc0 connection can make the bus hold, each way (docs/eventbus.md)",
+    )
 
     @model_validator(mode="after")
     def _derive_ports(self) -> EventBusSettings:
@@ -120,6 +134,21 @@ class EventBusSettings(ServiceSettings):
             snapshot_peer_bytes=self.snapshot_peer_bytes,
             collector_peer_bytes=self.collector_peer_bytes,
         )
+
+    @model_validator(mode="after")
+    def _check_mc0(self) -> EventBusSettings:
+        if self.mc0_port is None:
+            return self
+        least = smallest_peer_bytes(self.mc0_limits())
+        if self.mc0_peer_bytes < least:
+            raise ValueError(
+                f"mc0_peer_bytes must be at least {least}: four mc0 messages of the largest size"
+            )
+        return self
+
+    def mc0_limits(self) -> Mc0Limits:
+        """The mc0 door's ranges: an event's data as on every door (max_event_bytes)."""
+        return Mc0Limits(max_data_bytes=self.max_event_bytes)
 
     def archive_uri(self) -> str | None:
         """Where the archive goes (a local path or a URI), or None when it is off."""

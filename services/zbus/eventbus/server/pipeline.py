@@ -62,6 +62,7 @@ class Pipeline(SocketThread):
         self.metrics = metrics
         self.clock = clock
         self.inproc = inproc
+        self.stream_inproc = f"{inproc}-stream"
         self.dialect = eb.NODE_REFERENCE if settings.compat == "node" else eb.SPEC
         self.endpoints: dict[str, str] = {}
         self.subscriptions = Subscriptions()
@@ -99,7 +100,8 @@ class Pipeline(SocketThread):
         ):
             sock.bind(f"tcp://{host}:{ports[name]}")
             self.endpoints[name] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.collector.bind(self.inproc)  # the admin API publishes through this
+        self.collector.bind(self.inproc)  # the admin API and the mc0 door publish here
+        self.stream.bind(self.stream_inproc)  # the mc0 door fans the stream out from here
         self._peers = {
             "collector": PeerCounter(self.collector),
             "publisher": PeerCounter(self.publisher),

@@ -27,6 +27,7 @@ from zbus.eventbus.core.bus import RateMeter
 from zbus.eventbus.server.archive import ArchiveError, Archiver
 from zbus.eventbus.server.archive_process import ArchiveProcess
 from zbus.eventbus.server.config import EventBusSettings
+from zbus.eventbus.server.mc0_door import Mc0Door, Mc0Metrics
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.pipeline import Pipeline
 from zbus.eventbus.server.snapshots import SnapshotServer
@@ -82,6 +83,7 @@ class EventBusService(Service):
         self.rate = RateMeter()
         self.log_path = settings.data_dir / "events.db"
         self.archiver: Archiver | None = None
+        self.mc0: Mc0Door | None = None
 
     async def start(self) -> None:
         # The pipeline thread shares the GIL with this loop: a shorter switch interval
@@ -142,6 +144,8 @@ class EventBusService(Service):
             self.archiver.start()
         self.endpoints["snapshot"] = self.snapshots.endpoint
         self.endpoints.update(self.pipeline.endpoints)
+        if self.settings.mc0_port is not None:
+            await self._start_mc0(sync_ctx)
         self.publisher = self.ctx.socket(zmq.DEALER)
         self.own(self.publisher)
         self.publisher.connect(self.inproc)
@@ -150,6 +154,27 @@ class EventBusService(Service):
             "event log open",
             extra={"path": str(self.log_path), "sequence": self.store.last_sequence()},
         )
+
+    async def _start_mc0(self, ctx: zmq.Context[Any]) -> None:
+        """The mc0 door: PUTs enter through the collector, events leave on the stream."""
+        door = Mc0Door(
+            ctx,
+            self.settings,
+            self.clock,
+            collector=self.inproc,
+            stream=self.pipeline.stream_inproc,
+            secure=self.secure,
+        )
+        self.essential(door)  # mc0 clients depend on it: fail, exit 1
+        door.start()
+        await asyncio.to_thread(door.ready.wait)
+        if door.failed is not None:
+            from zbus.common.settings import ConfigError
+
+            raise ConfigError(f"the mc0 door cannot start: {door.failed}")
+        Mc0Metrics(door, self.registry)
+        self.mc0 = door
+        self.endpoints["mc0"] = door.endpoint
 
     def background(self) -> Sequence[Coroutine[Any, Any, None]]:
         return [self._watch()]
@@ -179,14 +204,20 @@ class EventBusService(Service):
 
     def checks(self) -> dict[str, bool]:
         threads = [getattr(self, "pipeline", None), getattr(self, "snapshots", None)]
+        if self.settings.mc0_port is not None:
+            threads.append(self.mc0)
         return {
             "log_open": hasattr(self, "store"),
             "threads_alive": all(t is not None and t.is_alive() for t in threads),
         }
 
     async def drain(self) -> None:
-        # The pipeline commits what is queued on the collector before it stops. After a
+        # The mc0 door stops first and hands the collector what its clients sent; the
+        # pipeline commits what is queued on the collector before it stops. After a
         # failed start, either thread may not exist, or exist and never have started.
+        if self.mc0 is not None:
+            self.mc0.stop()
+            await asyncio.to_thread(self.mc0.join)
         threads = [getattr(self, name, None) for name in ("snapshots", "pipeline")]
         for thread in threads:
             if thread is not None:

@@ -13,8 +13,10 @@ turn of at most ``TURN`` messages and answers new requests between turns; a tran
 whose client's queue is full (its byte bound) waits for the next turn with the message
 it could not send, and one whose client reads nothing for ``STALL_SECONDS`` is dropped.
 At most ``MAX_ACTIVE`` transfers read at once (a connection each); up to ``MAX_WAITING``
-more wait their turn, ``MAX_PER_PEER`` at most from one client; past that a request is
-refused and counted (``busy``).
+more wait their turn; past that a request is refused and counted (``busy``). A client
+has one transfer at a time: a new SYNCSTART from it replaces the one under way (an RFC
+client asks once per connection, and one that comes back with the same identity must
+not get the rest of its old answer first).
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ log = logging.getLogger(__name__)
 TURN = 256  # messages a transfer may send per turn
 MAX_ACTIVE = 16  # transfers reading at once, each with its own read connection
 MAX_WAITING = 1024
-MAX_PER_PEER = 4
 STALL_SECONDS = 30.0  # a spec client that reads nothing for this long loses its snapshot
 
 
@@ -76,7 +77,7 @@ class SpecTransfers:
         self._metrics = metrics
         self._active: list[_Transfer] = []
         self._waiting: deque[_Transfer] = deque()
-        self._per_peer: dict[bytes, int] = {}
+        self._of: dict[bytes, _Transfer] = {}  # each client's transfer
 
     @property
     def busy(self) -> bool:
@@ -84,14 +85,18 @@ class SpecTransfers:
         return bool(self._active)
 
     def request(self, identity: bytes, cmd: eb.SyncStart, now: float) -> bool:
-        """Queue a SYNCSTART; False when refused (too many already, from this client or
-        from all)."""
-        held = self._per_peer.get(identity, 0)
-        if held >= MAX_PER_PEER or len(self._waiting) >= MAX_WAITING:
+        """Queue a SYNCSTART, in place of the client's transfer under way if it has one;
+        False when refused (too many waiting already)."""
+        old = self._of.get(identity)
+        if old is not None:
+            self._metrics.snapshot_aborted.inc()
+            self._finish(old)
+        if len(self._waiting) >= MAX_WAITING:
             return False
-        self._per_peer[identity] = held + 1
+        t = _Transfer(identity, cmd)
+        self._of[identity] = t
         self._metrics.snapshots.labels("spec-resume" if cmd.sequence else "spec").inc()
-        self._waiting.append(_Transfer(identity, cmd))
+        self._waiting.append(t)
         self._admit(now)
         return True
 
@@ -174,11 +179,8 @@ class SpecTransfers:
             self._waiting.remove(t)
         else:
             return
-        left = self._per_peer.get(t.identity, 1) - 1
-        if left > 0:
-            self._per_peer[t.identity] = left
-        else:
-            self._per_peer.pop(t.identity, None)
+        if self._of.get(t.identity) is t:
+            del self._of[t.identity]
         if t.reader is not None:
             t.reader.close()  # ends its read transaction
             t.reader = None

@@ -1,0 +1,393 @@
+"""The mc0 door (seed 001) on port 61616: a thread of its own with a blocking poller.
+
+Three sockets, no change to the bus's hot path (ADR 0005):
+
+- a ROUTER on ``ZBUS_MC0_PORT`` (CURVE with the bus's keys, and its ZAP allow-list,
+  when configured), where mc0 clients talk to :class:`~zbus.eventbus.core.mc0.Mc0Core`;
+- a DEALER on the collector's inproc endpoint: the events of PUTs enter the bus as
+  ``ZB-PUB`` batches with a confirm, like any zbus publisher's, and are stored once with
+  their sequence, uuid, producer and time (:mod:`zbus.eventbus.core.mc0_puts`);
+- a SUB on the stream's inproc endpoint: every event the bus stores, from any door,
+  comes back in the stream's batches and is delivered to the mc0 subscribers of its
+  topic.
+
+What one connection can make the bus hold is bounded in bytes, ``mc0_peer_bytes`` each
+way. Inbound, the ROUTER's high-water mark is ``mc0_peer_bytes // largest message - 1``.
+Outbound, half of it is ZeroMQ's queue (the mark from half the bytes, with the largest
+messages) and half the door's :class:`~zbus.eventbus.core.mc0_outbox.Outbox`, counted in
+bytes, where a burst of small messages waits for the queue to drain. The ROUTER sends
+with ``ROUTER_MANDATORY`` and without blocking: a message past both is dropped and
+counted (``reason="slow_client"``), and one for a connection that is gone drops its
+session (``reason="gone"``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import msgpack
+import zmq
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from zbus.common.clock import Clock
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
+from zbus.common.rejects import LogLimiter
+from zbus.common.threads import SocketThread
+from zbus.common.wire import recv_frames, send_frames
+from zbus.eventbus.core.mc0 import Mc0Core, Publish
+from zbus.eventbus.core.mc0_outbox import Outbox, hwm_for, message_bytes
+from zbus.eventbus.core.mc0_puts import PutTracker
+from zbus.eventbus.server.config import EventBusSettings
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 100  # how often the thread looks at its stop flag when idle
+# While messages wait, the next try comes at once after a round that sent some (the
+# connection reads: its queue drains in microseconds), after 1 ms after one that sent
+# none, and after 10 ms once rounds keep sending none (a stalled connection).
+RETRY_MS = (0, 1, 10)
+READS_PER_WAKE = 1000  # messages taken from one socket before the others get a turn
+MAX_BATCHES_IN_FLIGHT = 1000  # ZB-PUB batches sent and not answered; then PUT gets ERROR
+CONFIRM_TIMEOUT = 30.0  # seconds the collector has to answer a batch
+
+
+def uuid4s(n: int) -> list[str]:
+    """``n`` random (version 4) UUIDs in the canonical text form, from one read of the
+    system's randomness (a fifth of ``str(uuid.uuid4())``'s cost each)."""
+    raw = bytearray(os.urandom(16 * n))
+    out = []
+    for i in range(0, 16 * n, 16):
+        raw[i + 6] = raw[i + 6] & 0x0F | 0x40  # version 4
+        raw[i + 8] = raw[i + 8] & 0x3F | 0x80  # the RFC 4122 variant
+        h = raw[i : i + 16].hex()
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
+
+
+def _stamp(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+class Mc0Door(SocketThread):
+    """Serves mc0 on one ROUTER, publishing into the bus and fanning its events out."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context[Any],
+        settings: EventBusSettings,
+        clock: Clock,
+        *,
+        collector: str,
+        stream: str,
+        secure: Callable[[zmq.Socket[Any]], None],
+    ) -> None:
+        super().__init__("eventbus-mc0")
+        self.ctx = ctx
+        self.settings = settings
+        self.clock = clock
+        self.collector_endpoint = collector
+        self.stream_endpoint = stream
+        self.secure = secure
+        self.limits = settings.mc0_limits()
+        self.core = Mc0Core(self.limits)
+        self.puts = PutTracker(max_batches=MAX_BATCHES_IN_FLIGHT, timeout=CONFIRM_TIMEOUT)
+        self.outbox = Outbox(settings.mc0_peer_bytes // 2)
+        self._retry_ms = RETRY_MS[0]
+        self.stored = 0  # events of PUTs the bus confirmed
+        self.endpoint = ""
+        self._limiter = LogLimiter()
+        self._expect: int | None = None  # the stream sequence expected next
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+
+    # ------------------------------------------------------------------ sockets
+    def open(self) -> None:
+        size = message_bytes(self.limits)
+        send_hwm = hwm_for(self.settings.mc0_peer_bytes // 2, size)  # >= 1: the settings
+        # refuse an mc0_peer_bytes below four of the largest messages
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.collector = self.ctx.socket(zmq.DEALER)
+        self.stream = self.ctx.socket(zmq.SUB)
+        self._sockets = [self.router, self.collector, self.stream]
+        for sock in self._sockets:
+            sock.linger = 0
+        self.secure(self.router)
+        self.router.sndhwm = send_hwm
+        self.router.rcvhwm = hwm_for(self.settings.mc0_peer_bytes, size)
+        self.router.maxmsgsize = size
+        self.router.router_mandatory = True  # a full or gone peer raises: counted
+        self.router.bind(f"tcp://{self.settings.host}:{self.settings.mc0_port or 0}")
+        self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.collector.sndhwm = MAX_BATCHES_IN_FLIGHT
+        self.collector.connect(self.collector_endpoint)
+        # Subscribed from the start, so that no SUB races the stream's subscription; the
+        # batches are only decoded while an mc0 connection holds a topic.
+        # On inproc, the queue is the stream's high-water mark plus this one: the door
+        # holds what any stream subscriber may (ZBUS_STREAM_PEER_BYTES), and one more.
+        self.stream.rcvhwm = 1
+        self.stream.setsockopt(zmq.SUBSCRIBE, ext.STREAM_BATCH)
+        self.stream.connect(self.stream_endpoint)
+
+    def close(self) -> None:
+        for sock in getattr(self, "_sockets", []):
+            sock.close(linger=0)
+
+    # --------------------------------------------------------------------- loop
+    def loop(self) -> None:
+        poller = zmq.Poller()
+        for sock in self._sockets:
+            poller.register(sock, zmq.POLLIN)
+        clock = self.clock
+        while not self.halted:
+            for sock, _ in poller.poll(self._timeout_ms(clock.monotonic())):
+                if sock is self.router:
+                    self._read_clients()
+                elif sock is self.collector:
+                    self._read_confirms()
+                else:
+                    self._read_stream()
+            now = clock.monotonic()
+            self.core.tick(now)
+            for publish in self.puts.expired(now):
+                self.core.failed(
+                    publish.reply,
+                    "unconfirmed",
+                    f"mc0 PUT: the bus did not confirm the event within {CONFIRM_TIMEOUT:g} s",
+                    now,
+                )
+            self._flush(now)
+        self._read_clients()  # what arrived before the stop still goes to the collector
+        self._flush(clock.monotonic())
+
+    def _timeout_ms(self, now: float) -> int:
+        longest = self._retry_ms if self.outbox else POLL_MS
+        due = [d for d in (self.core.next_deadline(), self.puts.next_deadline()) if d is not None]
+        if not due:
+            return longest
+        return max(0, min(longest, int((min(due) - now) * 1000) + 1))
+
+    def _read_clients(self) -> None:
+        router, receive, clock = self.router, self.core.receive, self.clock
+        for _ in range(READS_PER_WAKE):
+            try:
+                frames = recv_frames(router)
+            except zmq.Again:
+                return
+            receive(frames[0], frames[1:], clock.monotonic())
+
+    def _read_confirms(self) -> None:
+        while True:
+            try:
+                frames = self.collector.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            now = self.clock.monotonic()
+            try:
+                reply = ext.decode_collector_reply(frames)
+            except ProtocolError as exc:
+                log.error("mc0 door: unreadable collector reply", extra={"error": str(exc)})
+                continue
+            if isinstance(reply, ext.Confirm):
+                publishes = self.puts.confirmed(reply.sequences)
+                self.stored += len(publishes)
+                for publish in publishes:
+                    self.core.stored(publish.reply, now)
+            else:
+                for publish in self.puts.refused():
+                    detail = f"mc0 PUT: the bus did not store the event: {reply.reason}"
+                    self.core.failed(publish.reply, "storage", detail, now)
+
+    def _read_stream(self) -> None:
+        core = self.core
+        for _ in range(READS_PER_WAKE):
+            try:
+                frames = self.stream.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if not core.topics:
+                self._expect = None  # nobody to deliver to: not even decoded
+                continue
+            try:
+                got = ext.decode_stream_fast(frames)
+            except ProtocolError as exc:
+                log.error("mc0 door: unreadable stream batch", extra={"error": str(exc)})
+                continue
+            if isinstance(got, int):
+                continue
+            first, rows = got
+            if self._expect is not None and first > self._expect:
+                core.drops["stream_gap"] += first - self._expect
+            self._expect = first + len(rows)
+            now = self.clock.monotonic()
+            deliver = core.deliver
+            for row in rows:
+                deliver(row[0], row[4], now)
+
+    # ------------------------------------------------------------------ sending
+    def _flush(self, now: float) -> None:
+        out, publishes = self.core.take()
+        if publishes:
+            self._publish(publishes, now)
+            more, _ = self.core.take()  # ERRORs of PUTs the collector could not take
+            out += more
+        outbox = self.outbox
+        if outbox:
+            self._retry()
+        for identity, frames in out:
+            if outbox.waiting(identity):
+                self._queue(identity, frames)
+            else:
+                self._send(identity, frames)
+        self._log_refusals()
+
+    def _send(self, identity: bytes, frames: list[bytes]) -> bool:
+        """Send now, or queue in the outbox when the connection's ZeroMQ queue is full;
+        False when nothing more can go to ``identity`` now."""
+        try:
+            send_frames(self.router, [identity, *frames], block=False)
+        except zmq.Again:
+            self._queue(identity, frames)
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            self._gone(identity, 1)
+            return False
+        return True
+
+    def _queue(self, identity: bytes, frames: list[bytes]) -> None:
+        if not self.outbox.push(identity, frames):
+            self.core.drops["slow_client"] += 1
+
+    def _gone(self, identity: bytes, messages: int) -> None:
+        self.core.drops["gone"] += messages + self.outbox.discard(identity)
+        self.core.forget(identity)
+
+    def _retry(self) -> None:
+        """Send what waits in the outbox, in order, as far as each queue has room."""
+        outbox, router, sent = self.outbox, self.router, False
+        for identity in outbox.identities():
+            while outbox.waiting(identity):
+                try:
+                    send_frames(router, [identity, *outbox.first(identity)], block=False)
+                except zmq.Again:
+                    break
+                except zmq.ZMQError as exc:
+                    if exc.errno != zmq.EHOSTUNREACH:
+                        raise
+                    self._gone(identity, 0)
+                    break
+                outbox.pop(identity)
+                sent = True
+        if sent:
+            self._retry_ms = RETRY_MS[0]
+        else:
+            self._retry_ms = RETRY_MS[2] if self._retry_ms == RETRY_MS[1] else RETRY_MS[1]
+
+    def _publish(self, publishes: list[Publish], now: float) -> None:
+        for chunk in self._chunks(publishes):
+            if self.puts.full:
+                self._busy(chunk, now, "too many PUTs wait for the bus's log")
+                continue
+            stamp = _stamp(self.clock.time())
+            uuids = uuid4s(len(chunk))
+            rows = [
+                [p.topic, p.producer, stamp, u, p.data] for p, u in zip(chunk, uuids, strict=True)
+            ]
+            try:
+                send_frames(self.collector, [ext.PUB_BATCH, b"\x01", self._pack(rows)], block=False)
+            except zmq.Again:
+                self._busy(chunk, now, "the bus's collector takes no more now")
+                continue
+            self.puts.add(uuids, chunk, now)
+
+    def _chunks(self, publishes: list[Publish]) -> Iterator[list[Publish]]:
+        """Batches within the collector's event count and message size."""
+        max_events = self.settings.max_batch_events
+        max_bytes = self.settings.max_message_bytes - 1024
+        chunk: list[Publish] = []
+        size = 0
+        for publish in publishes:
+            cost = len(publish.data) + RECORD_OVERHEAD  # its fields at their largest
+            if chunk and (len(chunk) >= max_events or size + cost > max_bytes):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(publish)
+            size += cost
+        if chunk:
+            yield chunk
+
+    def _busy(self, chunk: list[Publish], now: float, why: str) -> None:
+        for publish in chunk:
+            self.core.failed(publish.reply, "busy", f"mc0 PUT: not stored: {why}", now)
+
+    def _log_refusals(self) -> None:
+        refusals = self.core.refusals
+        if not refusals:
+            return
+        now = time.time()
+        for identity, reason, detail in refusals:
+            if self._limiter.allow(now):
+                log.warning(
+                    "mc0 message refused",
+                    extra={"peer": identity.hex(), "reason": reason, "error": detail},
+                )
+        refusals.clear()
+
+
+class Mc0Metrics(Collector):
+    """The door's counts, read from its core when Prometheus scrapes (nothing is copied
+    on the hot path; the label sets are fixed, so the dicts never change size)."""
+
+    def __init__(self, door: Mc0Door, registry: CollectorRegistry) -> None:
+        self.door = door
+        registry.register(self)
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        core, door = self.door.core, self.door
+        yield GaugeMetricFamily(
+            "zbus_eventbus_mc0_connections", "mc0 sessions open", value=len(core.sessions)
+        )
+        yield GaugeMetricFamily(
+            "zbus_eventbus_mc0_subscriptions",
+            "mc0 subscriptions held, (connection, topic) pairs",
+            value=core.topics.count,
+        )
+        for name, doc, label, source in (
+            ("messages_received", "mc0 messages received, by verb", "verb", core.received),
+            ("messages_sent", "mc0 messages sent, by verb", "verb", core.sent),
+            (
+                "errors",
+                "mc0 messages refused with ERROR (or ignored), by reason",
+                "reason",
+                core.errors,
+            ),
+            ("dropped", "mc0 messages not delivered, by reason", "reason", core.drops),
+        ):
+            family = CounterMetricFamily(f"zbus_eventbus_mc0_{name}", doc, labels=[label])
+            for key, value in sorted(source.items()):
+                family.add_metric([key], value)
+            yield family
+        yield CounterMetricFamily(
+            "zbus_eventbus_mc0_expired",
+            "mc0 sessions dropped after 1.05 x TTL of silence, with their subscriptions",
+            value=core.expired,
+        )
+        yield CounterMetricFamily(
+            "zbus_eventbus_mc0_events_stored", "Events of mc0 PUTs stored", value=door.stored
+        )
+        yield GaugeMetricFamily(
+            "zbus_eventbus_mc0_waiting_bytes",
+            "Bytes of messages waiting for mc0 connections whose queue is full",
+            value=door.outbox.held,
+        )
+
+
+__all__ = ["Mc0Door", "Mc0Metrics"]
