@@ -55,6 +55,7 @@ constraints: ## resolve every dependency afresh and pin the result in deploy/con
 	$(PYTHON) -m venv .cache/lock
 	.cache/lock/bin/pip install --quiet --upgrade pip
 	.cache/lock/bin/pip install --quiet '.[spark]' --group dev 'setuptools>=77'
+	rm -rf build  # what setuptools left while building zbus: a later build would ship it
 	{ echo '# Every dependency of zbus, its Spark extra, its dev tools and its build backend,'; \
 	  echo '# pinned: `make install` and the images (deploy/Dockerfile*) install with'; \
 	  echo '# `-c deploy/constraints.txt`. Regenerate with `make constraints`.'; \
