@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 import zmq
 import zmq.asyncio
 
+from tests.support.bus import free_base_port
 from tests.support.waiting import UNIT, async_wait_for
 from zbus.catalog.client.node import CatalogNode
 from zbus.catalog.server.config import CatalogSettings
@@ -127,10 +129,23 @@ async def test_malformed_input_on_tcp_and_udp_is_counted(tmp_path: Path) -> None
             ctx.term()
 
 
+def _udp_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 async def test_nodes_register_again_after_a_catalog_restart(tmp_path: Path) -> None:
-    async with running_catalog(tmp_path, heartbeat_interval=0.1) as first:
-        port = int(first.endpoints["dbp"].rsplit(":", 1)[1])
-        udp_port = int(first.endpoints["heartbeats"].rsplit(":", 1)[1])
+    # Ports below the kernel's ephemeral range: the restarted catalog binds them again, and
+    # a port the kernel chose could meanwhile be taken by another process's connection.
+    port = free_base_port()
+    udp_port = next(p for p in range(port, port + 4) if _udp_free(p))
+    async with running_catalog(
+        tmp_path, heartbeat_interval=0.1, port=port, udp_port=udp_port
+    ) as first:
         node = CatalogNode(first.endpoints["dbp"], _info("svc-b"), heartbeat_interval=0.1)
         await node.start()
         assert node.counters["reregistrations"] == 0
@@ -194,7 +209,6 @@ async def test_a_restarted_service_registers_once_its_former_self_has_expired(
     """A service started again at once (kill -9, a container restarted) finds its name
     held by its former self, which the catalog keeps live until it misses its heartbeats;
     the service tries again and registers then, instead of staying unready."""
-    import socket
     import time
 
     from tests.support.echo_service import EchoService, EchoSettings
@@ -241,7 +255,6 @@ async def test_a_restarted_service_registers_once_its_former_self_has_expired(
 
 
 async def test_the_catalog_is_found_by_its_beacon(tmp_path: Path) -> None:
-    import socket
 
     from zbus.catalog.client.discovery import discover
 
@@ -259,7 +272,6 @@ async def test_the_catalog_is_found_by_its_beacon(tmp_path: Path) -> None:
 
 
 async def test_beacons_the_network_refuses_are_counted_as_errors(tmp_path: Path) -> None:
-    import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))
