@@ -36,7 +36,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -198,13 +198,21 @@ class Service:
         }
 
     def bind(
-        self, kind: int, name: str, port: int, *, open_zap: bool = False
+        self,
+        kind: int,
+        name: str,
+        port: int,
+        *,
+        open_zap: bool = False,
+        options: Mapping[int, int] | None = None,
     ) -> zmq.asyncio.Socket:
         """A new asyncio socket bound to ``tcp://host:port`` (CURVE when configured).
 
         ``port=0`` binds any free port; the endpoint really bound is recorded in
         :attr:`endpoints` under ``name``. With ``open_zap`` the ZAP handler admits any
         CURVE key on this socket, and the service checks the peer's key itself.
+        ``options`` (``zmq.MAXMSGSIZE``, ``zmq.RCVHWM``, ...) are set before the bind:
+        ZeroMQ gives each connection the options its socket had when it was bound.
 
         Raises:
             ConfigError: the port cannot be bound (in use, or not an address of this host).
@@ -213,6 +221,8 @@ class Service:
         self.secure(sock)
         if open_zap:
             sock.zap_domain = OPEN_DOMAIN.encode()
+        for option, value in (options or {}).items():
+            sock.setsockopt(option, value)
         self._sockets.append(sock)
         try:
             sock.bind(f"tcp://{self.settings.host}:{port}")

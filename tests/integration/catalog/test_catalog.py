@@ -309,3 +309,36 @@ async def test_deregister_from_the_admin_api_makes_the_node_register_again(
             await async_wait_for(back, what="the node to register again")
         finally:
             await node.stop()
+
+
+async def test_oversized_registrations_cost_the_catalog_a_bounded_memory(tmp_path: Path) -> None:
+    async with running_catalog(tmp_path) as catalog:
+        ctx = zmq.asyncio.Context()
+        big, huge = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+        for sock in (big, huge):
+            sock.connect(catalog.endpoints["dbp"])
+        try:
+            # Past the codec's bound but within ZeroMQ's: refused by size and counted.
+            body = b'{"name":"big","p":"' + b"x" * (dbp.MAX_JSON_FRAME_BYTES + 1) + b'"}'
+            await big.send_multipart([b"", b"UwU", b"1.0", body])
+            # Past the socket's bound: ZeroMQ drops the connection before the catalog reads.
+            await huge.send_multipart([b"", b"UwU", b"1.0", b"{" + b" " * (2 << 20) + b"}"])
+
+            def rejected() -> float:
+                return (
+                    catalog.registry.get_sample_value(
+                        "zbus_catalog_rejected_total", {"transport": "tcp", "reason": "bad_value"}
+                    )
+                    or 0.0
+                )
+
+            await async_wait_for(lambda: asyncio.sleep(0, rejected() >= 1), what="the refusal")
+            # The catalog still registers a node on the first connection.
+            await big.send_multipart(dbp.encode(dbp.Registration(_info("ok"), time=1.0)))
+            reply = dbp.decode(await asyncio.wait_for(big.recv_multipart(), 10 * UNIT))
+            assert isinstance(reply, dbp.Approved)
+            assert rejected() == 1  # the 2 MiB message never reached the catalog's decoder
+        finally:
+            big.close(linger=0)
+            huge.close(linger=0)
+            ctx.term()

@@ -596,3 +596,15 @@ def test_only_heartbeat_and_disconnect_are_datagrams() -> None:
 def test_module_exports_resolve() -> None:
     for name in dbp.__all__:
         assert hasattr(dbp, name), name
+
+
+def test_a_json_frame_past_its_bound_is_refused_before_it_is_parsed() -> None:
+    # Valid JSON, one byte past the bound: refused by its size, whatever it holds.
+    padding = dbp.MAX_JSON_FRAME_BYTES - len(b'{"name":"s","p":""}') + 1
+    body = b'{"name":"s","p":"' + b"x" * padding + b'"}'
+    assert len(body) == dbp.MAX_JSON_FRAME_BYTES + 1
+    with pytest.raises(FrameValueError, match=r"REGISTRATION frame 3: expected service"):
+        dbp.decode([b"", b"UwU", T_ASCII, body])
+    # At the bound it is decoded (and the catalog then checks the 64 KiB compact size).
+    cmd = dbp.decode([b"", b"UwU", T_ASCII, body[: -2 - 1] + b'"}'])
+    assert isinstance(cmd, Registration)

@@ -55,6 +55,11 @@ from zbus.runtime.service import Service
 
 log = logging.getLogger(__name__)
 
+# A registration's JSON frame is refused beyond 256 KiB (the codec's MAX_JSON_FRAME_BYTES);
+# ZeroMQ drops a connection whose message is longer than this.
+MAX_DBP_MESSAGE_BYTES = 1024 * 1024
+DBP_RCVHWM = 64
+
 TICK_MIN = 0.05  # seconds between liveness rounds, at least
 TICK_BUDGET = 64  # nodes' timers handled per loop turn (a reply waits at most that long)
 BEAT_CHUNK = 32  # catalog HEARTBEATs sent per loop turn
@@ -145,7 +150,15 @@ class CatalogService(Service):
             records = await asyncio.to_thread(self.store.load)
         except StoreError as exc:
             raise ConfigError(str(exc)) from None
-        self.router = self.bind(zmq.ROUTER, "dbp", s.port, open_zap=True)
+        # What one connection can make the catalog hold: a frame past MAX_DBP_MESSAGE_BYTES
+        # closes the connection in ZeroMQ, and at most DBP_RCVHWM messages wait per peer.
+        self.router = self.bind(
+            zmq.ROUTER,
+            "dbp",
+            s.port,
+            open_zap=True,
+            options={zmq.MAXMSGSIZE: MAX_DBP_MESSAGE_BYTES, zmq.RCVHWM: DBP_RCVHWM},
+        )
         self._raw: zmq.Socket[Any] = zmq.Socket.shadow(self.router.underlying)
         self._read_scheduled = False
         self._flushing: asyncio.Task[None] | None = None

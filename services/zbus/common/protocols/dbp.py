@@ -95,6 +95,7 @@ from zbus.common.protocols.dbp_commands import (
     name_of,
 )
 from zbus.common.protocols.dbp_frames import (
+    MAX_JSON_FRAME_BYTES,
     decode_json,
     decode_time,
     encode_json,
@@ -116,6 +117,7 @@ __all__ = [
     "HERMES",
     "MAX_DATAGRAM",
     "MAX_INFO_BYTES",
+    "MAX_JSON_FRAME_BYTES",
     "MAX_NAME_CHARS",
     "PORT_RANGE",
     "REGISTRATION_ALIASES",

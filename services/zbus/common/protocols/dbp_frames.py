@@ -83,8 +83,23 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# The most bytes a JSON frame may have on the wire: four times the 64 KiB that the
+# compact form of a registration may take (MAX_INFO_BYTES), room for any indentation.
+# A longer frame is refused before it is parsed, so that a peer cannot make the decoder
+# build an object of its choosing size.
+MAX_JSON_FRAME_BYTES = 4 * 65536
+
+
 def decode_json(command: str, frames: Sequence[bytes], index: int, what: str) -> JSONObject:
     raw = frames[index]
+    if len(raw) > MAX_JSON_FRAME_BYTES:
+        raise FrameValueError(
+            PROTOCOL,
+            f"{what} of at most {MAX_JSON_FRAME_BYTES} bytes",
+            command=command,
+            frame=index,
+            got=f"{len(raw)} bytes",
+        )
     try:
         # Decode the UTF-8 first: json.loads(bytes) would also accept UTF-16 and UTF-32.
         body = bytes(raw).decode("utf-8")
