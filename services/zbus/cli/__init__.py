@@ -51,7 +51,12 @@ def parser() -> argparse.ArgumentParser:
     """The ``zbus`` command's argument parser (shell completion is generated from it)."""
     from zbus.cli import bus, cluster, jobs, logs, queues
 
-    top = _Parser(prog="zbus", description=__doc__.splitlines()[0])
+    top = _Parser(
+        prog="zbus",
+        description="The zbus command: run the local cluster, inspect it, and work with its "
+        "bus and jobs. Endpoints come from flags, ZBUS_* variables or the catalog "
+        "(--catalog, ZBUS_CATALOG_URL).",
+    )
     top.add_argument("--version", action="version", version=f"zbus {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -274,6 +274,8 @@ def _tail(args: argparse.Namespace, cluster: Cluster) -> int:
     for event in newest:
         print_event(event, args.json)
     after = max([start, *(int(e.get("seq", 0)) for e in newest)])
+    where = args.prefix or "every topic"
+    print(f"following {where} at {endpoint} (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
         for event in follow_log(endpoint, args.prefix, after, cluster.timeout):
             print_event(event, args.json)

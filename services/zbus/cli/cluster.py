@@ -70,7 +70,7 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
     for e in entries:
         raw = e.get("info")
         info: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        flag = "yes" if e.get("ready") is True else "NO" if e.get("ready") is False else "?"
+        flag = "yes" if e.get("ready") is True else "NO"  # no answer: not ready either
         rows.append(
             [
                 e.get("name"),

@@ -199,7 +199,8 @@ class Cluster:
         self.catalog = (
             getattr(args, "catalog", None) or self.env.get("ZBUS_CATALOG_URL") or DEFAULT_CATALOG
         ).rstrip("/")
-        self.timeout = float(getattr(args, "timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
+        timeout = getattr(args, "timeout", None)
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         if not 0 < self.timeout <= 3600:
             raise CliError("--timeout must be between 0 and 3600 seconds", 2)
         self.token = getattr(args, "token", None) or self.env.get("ZBUS_ADMIN_TOKEN") or None

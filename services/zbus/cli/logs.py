@@ -11,6 +11,7 @@ case).
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from zbus.cli.bus import follow_log
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
     # The catalog's window and the bus's log overlap: records from before ``start``
     # (the bus's sequence when the command began) were in the window already.
     prefix = LOG_TOPIC_PREFIX + (args.service or "")
+    print(f"following the logs at {endpoint} (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
         for event in follow_log(endpoint, prefix, start, cluster.timeout):
             data = event.get("data")
