@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from zbus.cli.common import CliError, Cluster, add_catalog_option, add_json_option, located
 from zbus.cli.output import ago, duration, print_json, table
@@ -107,7 +108,12 @@ def run_services(args: argparse.Namespace, cluster: Cluster) -> int:
         (e for e in entries if isinstance(e, dict)), key=lambda e: str(e.get("name"))
     ):
         where = located(entry)
-        ports = ", ".join(f"{k} {v}" for k, v in sorted(where.endpoints.items()) if k != "admin")
+        host = urlsplit(where.admin).hostname if where.admin else None
+        ports = ", ".join(
+            f"{k} {_short_endpoint(v, host)}"
+            for k, v in sorted(where.endpoints.items())
+            if k != "admin"
+        )
         rows.append(
             [
                 where.name,
@@ -121,3 +127,15 @@ def run_services(args: argparse.Namespace, cluster: Cluster) -> int:
         )
     table(["NAME", "FUNCTION", "STATE", "UPTIME", "HEARTBEAT", "ADMIN", "ENDPOINTS"], rows)
     return 0
+
+
+def _short_endpoint(endpoint: str, host: str | None) -> str:
+    """``tcp://HOST:5556`` as ``:5556`` when HOST is the admin URL's host."""
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError:
+        return endpoint
+    if host is not None and parts.hostname == host and port is not None:
+        return f"{parts.scheme}:{port}"
+    return endpoint

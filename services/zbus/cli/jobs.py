@@ -169,7 +169,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
     if args.jobs_command == "cancel":
         return _cancel(args, cluster)
     if args.jobs_command == "retry":
-        return _act(args, cluster, "retry", "queued again")
+        return _act(args, cluster, "retry", "retried")
     raise AssertionError(args.jobs_command)
 
 

@@ -98,7 +98,7 @@ def test_services_ls(env: dict[str, str], cluster: LocalCluster) -> None:
     done = zbus("services", "ls", env=env)
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("eventbus"))
-    assert f"snapshot {cluster.endpoint(5556)}" in row and cluster.url("eventbus") in row
+    assert f"snapshot tcp:{cluster.ports[5556]}" in row and cluster.url("eventbus") in row
 
 
 # --------------------------------------------------------------------------- bus
