@@ -90,7 +90,8 @@ def test_every_public_name_resolves() -> None:
 def test_import_zbus_loads_no_server_framework() -> None:
     code = (
         "import sys, zbus\n"
-        "heavy = ('fastapi', 'uvicorn', 'pyspark', 'sqlite3', 'pyarrow')\n"
+        "heavy = ('fastapi', 'uvicorn', 'pyspark', 'sqlite3', 'pyarrow',\n"
+        "         'rich', 'shtab', 'httpx')\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

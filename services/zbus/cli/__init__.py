@@ -1,10 +1,19 @@
-"""The ``zbus`` command: run the local cluster or one service, and manage keys.
+"""The ``zbus`` command: run the local cluster, inspect it, and work with its bus and jobs.
 
 zbus up [--config FILE] [--state-dir DIR]   run the local cluster in the foreground
 zbus down [--state-dir DIR]                 stop it
+zbus status                                 one table of the cluster (exit 1: not all ready)
+zbus services ls                            the services the catalog knows
+zbus bus pub|sub|tail|topics                the event bus
+zbus jobs submit|ls|show|cancel|retry|watch the broker's jobs
+zbus queues ls|purge, zbus workers ls       the broker's queues and workers
+zbus logs [-f]                              the cluster's log records
 zbus keys generate NAME [--dir DIR]         write a CURVE key pair
-zbus jobs submit QUEUE NAME [-p K=V ...]    submit a job, print its result
+zbus completion bash|zsh|tcsh               a shell completion script
 zbus <service> [--flag value ...]           run one service (flags as ZBUS_* settings)
+
+Errors are one line, ``zbus: <reason>``, on stderr; exit status 1 for a failure, 2 for
+bad usage (``jobs submit`` keeps 2 for a connection error and 3 for no result in time).
 """
 
 from __future__ import annotations
@@ -12,23 +21,44 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
+from zbus.cli.common import CliError, Cluster
 from zbus.common.settings import ConfigError
+from zbus.common.version import __version__
 
 # Services the command can run, in the order the local cluster starts them.
 SERVICES = ("catalog", "eventbus", "broker", "worker", "sparkworker")
+SHELLS = ("bash", "zsh", "tcsh")
 
 
 def _available_services() -> list[str]:
     return [s for s in SERVICES if importlib.util.find_spec(f"zbus.{s}") is not None]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zbus", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"zbus: {message} (see `{self.prog} --help`)\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``zbus`` command's argument parser (shell completion is generated from it)."""
+    from zbus.cli import bus, cluster, jobs, logs, queues
+
+    top = _Parser(
+        prog="zbus",
+        description="The zbus command: run the local cluster, inspect it, and work with its "
+        "bus and jobs. Endpoints come from flags, ZBUS_* variables or the catalog "
+        "(--catalog, ZBUS_CATALOG_URL).",
+    )
+    top.add_argument("--version", action="version", version=f"zbus {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     up = sub.add_parser("up", help="run the local cluster on 127.0.0.1 (Ctrl-C stops it)")
     up.add_argument("--config", type=Path, default=Path("deploy/local-cluster.toml"))
@@ -37,19 +67,24 @@ def _parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the local cluster started by `zbus up`")
     down.add_argument("--state-dir", type=Path, default=Path(".zbus"))
 
+    cluster.add_parsers(sub)
+    bus.add_parser(sub)
+    jobs.add_parser(sub)
+    queues.add_parsers(sub)
+    logs.add_parser(sub)
+
     keys = sub.add_parser("keys", help="CURVE keys")
     keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     gen = keys_sub.add_parser("generate", help="write NAME.key and NAME.key_secret")
     gen.add_argument("name")
     gen.add_argument("--dir", type=Path, default=Path(".zbus/keys"))
 
-    from zbus.cli.jobs import add_parser as add_jobs
-
-    add_jobs(sub)
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=SHELLS)
 
     for name in _available_services():
         sub.add_parser(name, help=f"run the {name} service", add_help=False)
-    return parser
+    return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,21 +93,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"zbus.{args_list[0]}.__main__")
         module.run(args_list[1:])
         return 0
-    args = _parser().parse_args(args_list)
+    args = parser().parse_args(args_list)
     try:
         return _dispatch(args)
+    except CliError as exc:
+        return _fail(str(exc), exc.code)
     except ConfigError as exc:
-        print(f"zbus: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc), 2)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``zbus bus sub | head``): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if os.environ.get("ZBUS_DEBUG"):
+            raise
+        return _fail(_describe(exc), 1)
+
+
+def _fail(reason: str, code: int) -> int:
+    print(f"zbus: {reason}", file=sys.stderr, flush=True)
+    return code
+
+
+def _describe(exc: Exception) -> str:
+    from zbus.errors import ZbusError
+
+    if isinstance(exc, ZbusError | OSError | ValueError | TimeoutError):
+        return str(exc) or type(exc).__name__
+    name = type(exc).__name__
+    if type(exc).__module__.startswith("zmq"):
+        return f"ZeroMQ: {exc}"
+    return f"unexpected {name}: {exc} (ZBUS_DEBUG=1 shows where)"
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "up":
-        from zbus.launcher import Cluster, load_cluster
+        from zbus.launcher import Cluster as LocalCluster
+        from zbus.launcher import load_cluster
 
         specs = load_cluster(args.config)
         print(f"starting the zbus cluster ({len(specs)} services)", flush=True)
-        return Cluster(specs, args.state_dir, sys.stdout).run()
+        return LocalCluster(specs, args.state_dir, sys.stdout).run()
     if args.command == "down":
         from zbus.launcher import stop_cluster
 
@@ -83,10 +147,40 @@ def _dispatch(args: argparse.Namespace) -> int:
         public, secret = generate_keys(args.dir, args.name)
         print(f"public key: {public}\nsecret key: {secret} (keep it private)")
         return 0
-    if args.command == "jobs":
-        from zbus.cli.jobs import run as run_jobs
+    if args.command == "completion":
+        import shtab
 
-        return run_jobs(args)
+        print(shtab.complete(parser(), shell=args.shell), end="")
+        return 0
+    cluster = Cluster(args)
+    try:
+        return _run(args, cluster)
+    finally:
+        cluster.close()
+
+
+def _run(args: argparse.Namespace, cluster: Cluster) -> int:
+    from zbus.cli import bus, jobs, logs, queues
+    from zbus.cli import cluster as views
+
+    if args.command == "status":
+        return views.run_status(args, cluster)
+    if args.command == "services":
+        return views.run_services(args, cluster)
+    if args.command == "bus":
+        return bus.run(args, cluster)
+    if args.command == "jobs":
+        if args.jobs_command == "watch":
+            from zbus.cli.watch import watch
+
+            return watch(args, cluster)
+        return jobs.run(args, cluster)
+    if args.command == "queues":
+        return queues.run_queues(args, cluster)
+    if args.command == "workers":
+        return queues.run_workers(args, cluster)
+    if args.command == "logs":
+        return logs.run(args, cluster)
     raise AssertionError(args.command)
 
 

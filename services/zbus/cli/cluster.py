@@ -1,0 +1,141 @@
+"""``zbus status`` and ``zbus services ls``: the cluster as the catalog sees it.
+
+``status`` reads the catalog's ``/api/v1/cluster`` (the catalog asks every registered
+service's ``/api/v1/info`` and ``/readyz``) and prints one row per service, the catalog
+first. Its exit status is 0 when every service is ready, 1 otherwise (or when the
+catalog cannot be reached), so ``zbus status`` works as a health check in scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from zbus.cli.common import CliError, Cluster, add_catalog_option, add_json_option, located
+from zbus.cli.output import ago, duration, print_json, table
+
+__all__ = ["add_parsers", "run_services", "run_status"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``status`` and ``services`` to the ``zbus`` command's subparsers."""
+    status = sub.add_parser(
+        "status", help="one table of the cluster (exit 1 when a service is not ready)"
+    )
+    add_catalog_option(status)
+    add_json_option(status)
+
+    services = sub.add_parser("services", help="the services registered with the catalog")
+    actions = services.add_subparsers(dest="services_command", metavar="ACTION", required=True)
+    ls = actions.add_parser("ls", help="list the registered services and their endpoints")
+    add_catalog_option(ls)
+    add_json_option(ls)
+
+
+def _failing(entry: dict[str, Any]) -> str:
+    if entry.get("error"):
+        return str(entry["error"])
+    checks = entry.get("checks")
+    if isinstance(checks, dict):
+        bad = sorted(name for name, ok in checks.items() if not ok)
+        if bad:
+            return "failing: " + ", ".join(bad)
+    return ""
+
+
+def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
+    view = cluster.get(f"{cluster.catalog}/api/v1/cluster", "the catalog")
+    if not isinstance(view, dict) or not isinstance(view.get("services"), list):
+        raise CliError(f"the catalog at {cluster.catalog} answered no cluster view")
+    found = view.get("catalog")
+    catalog: dict[str, Any] = found if isinstance(found, dict) else {}
+    entries: list[dict[str, Any]] = [
+        {
+            "name": catalog.get("name", "catalog"),
+            "state": "active",
+            "admin": cluster.catalog,
+            "info": catalog,
+            "ready": bool(catalog.get("ready")),
+            "checks": catalog.get("checks"),
+            "error": None,
+        }
+    ]
+    entries += [e for e in view["services"] if isinstance(e, dict)]
+    ready = all(e.get("ready") is True for e in entries)
+    if args.json:
+        print_json({"ready": ready, "catalog": cluster.catalog, "services": entries})
+        return 0 if ready else 1
+    rows = []
+    for e in entries:
+        raw = e.get("info")
+        info: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        flag = "yes" if e.get("ready") is True else "NO"  # no answer: not ready either
+        rows.append(
+            [
+                e.get("name"),
+                e.get("state"),
+                flag,
+                info.get("version", "-"),
+                duration(info.get("uptime_seconds")),
+                info.get("pid", "-"),
+                e.get("admin") or "-",
+                _failing(e),
+            ]
+        )
+    table(["SERVICE", "STATE", "READY", "VERSION", "UPTIME", "PID", "ADMIN", "DETAIL"], rows)
+    waiting = sum(1 for e in entries if e.get("ready") is not True)
+    print(
+        f"{len(entries)} services, "
+        + ("all ready" if ready else f"{waiting} not ready")
+        + f" (catalog {cluster.catalog})"
+    )
+    return 0 if ready else 1
+
+
+def run_services(args: argparse.Namespace, cluster: Cluster) -> int:
+    body = cluster.get(f"{cluster.catalog}/api/v1/services", "the catalog")
+    entries = body.get("services") if isinstance(body, dict) else None
+    if not isinstance(entries, list):
+        raise CliError(f"the catalog at {cluster.catalog} answered no service list")
+    if args.json:
+        print_json({"services": entries})
+        return 0
+    now = time.time()
+    rows = []
+    for entry in sorted(
+        (e for e in entries if isinstance(e, dict)), key=lambda e: str(e.get("name"))
+    ):
+        where = located(entry)
+        host = urlsplit(where.admin).hostname if where.admin else None
+        ports = ", ".join(
+            f"{k} {_short_endpoint(v, host)}"
+            for k, v in sorted(where.endpoints.items())
+            if k != "admin"
+        )
+        rows.append(
+            [
+                where.name,
+                where.function,
+                where.state,
+                duration(entry.get("uptime_seconds")),
+                ago(entry.get("last_heartbeat"), now),
+                where.admin or "-",
+                ports or "-",
+            ]
+        )
+    table(["NAME", "FUNCTION", "STATE", "UPTIME", "HEARTBEAT", "ADMIN", "ENDPOINTS"], rows)
+    return 0
+
+
+def _short_endpoint(endpoint: str, host: str | None) -> str:
+    """``tcp://HOST:5556`` as ``:5556`` when HOST is the admin URL's host."""
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError:
+        return endpoint
+    if host is not None and parts.hostname == host and port is not None:
+        return f"{parts.scheme}:{port}"
+    return endpoint
