@@ -1,0 +1,145 @@
+"""The shipped local cluster (deploy/local-cluster.toml, run by `zbus up`) for tests.
+
+Every port in the cluster file is moved to a free one, so that a test does not collide
+with a cluster already running on this machine; the services, their modules and their
+settings stay as shipped, plus what a test adds (``env``). The launcher runs as a
+subprocess and is stopped with SIGTERM (it stops every service it started).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.bus import free_base_port, free_port
+from tests.support.waiting import UNIT
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "deploy" / "local-cluster.toml"
+
+#: The fixed ports of the shipped cluster file besides the event bus's four.
+FIXED_PORTS = (5246, 47291, 47290, 61616, 8701, 8702, 8703, 8704, 8705)
+
+
+def port_map() -> dict[int, int]:
+    """Each port of the shipped cluster file, moved to a free one."""
+    bus = free_base_port()
+    moved = {5556 + i: bus + i for i in range(4)}
+    for port in FIXED_PORTS:
+        moved[port] = free_port()
+    return moved
+
+
+def moved(text: str, ports: Mapping[int, int]) -> str:
+    """``text`` with every number that is a shipped port replaced by its moved one."""
+    return re.sub(r"\b(\d{4,5})\b", lambda m: str(ports.get(int(m[1]), m[1])), text)
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def cluster_file(
+    path: Path,
+    ports: Mapping[int, int],
+    *,
+    services: tuple[str, ...] | None = None,
+    env: Mapping[str, Mapping[str, str]] | None = None,
+) -> Path:
+    """Write the shipped cluster with moved ports to ``path``.
+
+    Args:
+        path: the file to write.
+        ports: the port map (:func:`port_map`).
+        services: the services to keep (all when None), in the shipped order.
+        env: settings to add, by service name.
+    """
+    shipped = tomllib.loads(moved(SHIPPED.read_text(), ports))["service"]
+    lines: list[str] = []
+    for entry in shipped:
+        if services is not None and entry["name"] not in services:
+            continue
+        settings = {**entry.get("env", {}), **(env or {}).get(entry["name"], {})}
+        lines += [
+            "[[service]]",
+            f"name = {_toml_string(entry['name'])}",
+            f"module = {_toml_string(entry['module'])}",
+            f"admin_port = {int(entry['admin_port'])}",
+            f"ready_timeout = {float(entry.get('ready_timeout', 60.0) * UNIT * 2)}",
+            "env = { "
+            + ", ".join(f"{k} = {_toml_string(str(v))}" for k, v in settings.items())
+            + " }",
+            "",
+        ]
+    path.write_text("\n".join(lines))
+    return path
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """A running local cluster: its port map and the admin URL of each service."""
+
+    ports: Mapping[int, int]
+    state_dir: Path
+
+    ADMIN = {"catalog": 8701, "eventbus": 8702, "broker": 8703, "sparkworker": 8704, "worker": 8705}
+
+    def admin(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[self.ADMIN[service]]}"
+
+
+@contextmanager
+def local_cluster(
+    tmp_path: Path,
+    *,
+    services: tuple[str, ...] | None = None,
+    env: Mapping[str, Mapping[str, str]] | None = None,
+    launcher_env: Mapping[str, str] | None = None,
+) -> Iterator[LocalCluster]:
+    """Run the shipped local cluster with ``zbus up`` until the block ends.
+
+    Args:
+        tmp_path: where the cluster file and the state directory go.
+        services: the services to run (all when None).
+        env: settings to add, by service name.
+        launcher_env: environment of the launcher (every service inherits it).
+    """
+    ports = port_map()
+    config = cluster_file(tmp_path / "cluster.toml", ports, services=services, env=env)
+    state = tmp_path / "state"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "zbus", "up", "--config", str(config), "--state-dir", str(state)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(launcher_env or {})},
+    )
+    try:
+        assert launcher.stdout is not None
+        seen = []
+        for line in launcher.stdout:
+            seen.append(line)
+            if "stops the cluster" in line:
+                break
+        else:
+            logs = ""
+            for log in sorted((state / "logs").glob("*.log")):
+                logs += f"\n--- {log.name}\n" + log.read_text(errors="replace")[-3000:]
+            raise AssertionError("the cluster did not start:\n" + "".join(seen) + logs)
+        yield LocalCluster(ports, state)
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGTERM)
+            launcher.wait(timeout=60 * UNIT)
+        if launcher.stdout is not None:
+            launcher.stdout.close()
