@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from tests.support.bus import free_base_port, free_port
 from tests.support.waiting import UNIT
@@ -91,7 +92,13 @@ class LocalCluster:
     ports: Mapping[int, int]
     state_dir: Path
 
-    ADMIN = {"catalog": 8701, "eventbus": 8702, "broker": 8703, "sparkworker": 8704, "worker": 8705}
+    ADMIN: ClassVar[dict[str, int]] = {
+        "catalog": 8701,
+        "eventbus": 8702,
+        "broker": 8703,
+        "sparkworker": 8704,
+        "worker": 8705,
+    }
 
     def admin(self, service: str) -> str:
         return f"http://127.0.0.1:{self.ports[self.ADMIN[service]]}"
