@@ -11,7 +11,9 @@
   function progressBar(job) {
     const p = job.progress || {};
     const tasks = p.tasks || {};
-    const fraction = typeof p.fraction === "number" ? p.fraction : job.state === "succeeded" ? 1 : 0;
+    // Spark counts the tasks of skipped stages (their data was already computed) as
+    // never completed: a job that succeeded is done, whatever its task count says.
+    const fraction = job.state === "succeeded" ? 1 : typeof p.fraction === "number" ? p.fraction : 0;
     const percent = Math.round(fraction * 100);
     const bar = el("progress", { class: `progress-${job.state}`, max: 100, value: percent, data: { fraction: String(fraction) } });
     return el(
