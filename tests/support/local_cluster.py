@@ -1,18 +1,14 @@
-"""The shipped local cluster (deploy/local-cluster.toml, as `zbus up` runs it) on free ports.
+"""The shipped local cluster (deploy/local-cluster.toml, run by `zbus up`) for tests.
 
-Every port of the shipped file is moved to a free one, so that a test does not collide
-with a cluster already running here; nothing else in the file changes. Use::
-
-    with local_cluster(tmp_path, without=("sparkworker",)) as cluster:
-        httpx.get(cluster.url("catalog"))          # the catalog's admin URL
-        cluster.moved("tcp://127.0.0.1:5556")      # any text with shipped ports in it
-
-The launcher runs as a subprocess (``python -m zbus up``) and is stopped with SIGTERM,
-which stops every service in reverse order.
+Every port in the cluster file is moved to a free one, so that a test does not collide
+with a cluster already running on this machine; the services, their modules and their
+settings stay as shipped, plus what a test adds (``env``). The launcher runs as a
+subprocess and is stopped with SIGTERM (it stops every service it started).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -23,8 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
+from typing import ClassVar
 
 from tests.support.bus import free_base_port, free_port
 from tests.support.waiting import UNIT
@@ -32,76 +27,118 @@ from tests.support.waiting import UNIT
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "deploy" / "local-cluster.toml"
 
-# The shipped cluster's ports: the bus's four (P..P+3) and every other one it names.
-BUS_BASE = 5556
-OTHER_PORTS = (61616, 5246, 47291, 47290, 8701, 8702, 8703, 8704, 8705)
+#: The fixed ports of the shipped cluster file besides the event bus's four.
+FIXED_PORTS = (5246, 47291, 47290, 61616, 5560, 8701, 8702, 8703, 8704, 8705)
 
 
-@dataclass(frozen=True, slots=True)
+def port_map() -> dict[int, int]:
+    """Each port of the shipped cluster file, moved to a free one."""
+    bus = free_base_port()
+    moved = {5556 + i: bus + i for i in range(4)}
+    for port in FIXED_PORTS:
+        moved[port] = free_port()
+    return moved
+
+
+def moved(text: str, ports: Mapping[int, int]) -> str:
+    """``text`` with every number that is a shipped port replaced by its moved one."""
+    return re.sub(r"\b(\d{4,5})\b", lambda m: str(ports.get(int(m[1]), m[1])), text)
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def cluster_file(
+    path: Path,
+    ports: Mapping[int, int],
+    *,
+    services: tuple[str, ...] | None = None,
+    env: Mapping[str, Mapping[str, str]] | None = None,
+) -> Path:
+    """Write the shipped cluster with moved ports to ``path``.
+
+    Args:
+        path: the file to write.
+        ports: the port map (:func:`port_map`).
+        services: the services to keep (all when None), in the shipped order.
+        env: settings to add, by service name.
+    """
+    shipped = tomllib.loads(moved(SHIPPED.read_text(), ports))["service"]
+    lines: list[str] = []
+    for entry in shipped:
+        if services is not None and entry["name"] not in services:
+            continue
+        settings = {**entry.get("env", {}), **(env or {}).get(entry["name"], {})}
+        lines += [
+            "[[service]]",
+            f"name = {_toml_string(entry['name'])}",
+            f"module = {_toml_string(entry['module'])}",
+            f"admin_port = {int(entry['admin_port'])}",
+            f"ready_timeout = {float(entry.get('ready_timeout', 60.0) * UNIT * 2)}",
+            "env = { "
+            + ", ".join(f"{k} = {_toml_string(str(v))}" for k, v in settings.items())
+            + " }",
+            "",
+        ]
+    path.write_text("\n".join(lines))
+    return path
+
+
+@dataclass(frozen=True)
 class LocalCluster:
-    """A running local cluster: where its ports went and where its state is."""
+    """A running local cluster: its port map and the admin URL of each service."""
 
     ports: Mapping[int, int]  # shipped port -> the port it runs on
-    admin: Mapping[str, int]  # service name -> its admin port (moved)
     state_dir: Path
     config: Path
 
+    ADMIN: ClassVar[dict[str, int]] = {
+        "catalog": 8701,
+        "eventbus": 8702,
+        "broker": 8703,
+        "sparkworker": 8704,
+        "worker": 8705,
+    }
+
     def url(self, service: str) -> str:
         """The admin URL of ``service``, e.g. ``http://127.0.0.1:40123``."""
-        return f"http://127.0.0.1:{self.admin[service]}"
-
-    def moved(self, text: str) -> str:
-        """``text`` with every shipped port number replaced by the one it runs on."""
-        return moved(text, self.ports)
+        return f"http://127.0.0.1:{self.ports[self.ADMIN[service]]}"
 
     def endpoint(self, shipped_port: int) -> str:
         """``tcp://127.0.0.1:PORT`` for a shipped port, moved."""
         return f"tcp://127.0.0.1:{self.ports[shipped_port]}"
 
-
-def port_map() -> dict[int, int]:
-    """A free port for every port of the shipped cluster."""
-    bus = free_base_port()
-    ports = {BUS_BASE + i: bus + i for i in range(4)}
-    for port in OTHER_PORTS:
-        ports[port] = free_port()
-    return ports
-
-
-def moved(text: str, ports: Mapping[int, int]) -> str:
-    """``text`` with every 4- or 5-digit number that is a key of ``ports`` replaced."""
-    return re.sub(r"\b(\d{4,5})\b", lambda m: str(ports.get(int(m[1]), m[1])), text)
-
-
-def cluster_file(path: Path, ports: Mapping[int, int], without: Iterable[str] = ()) -> Path:
-    """Write the shipped cluster file to ``path``, ports moved, ``without`` services left out."""
-    shipped = SHIPPED.read_text()
-    names = {s["name"] for s in tomllib.loads(shipped)["service"]}
-    unknown = set(without) - names
-    assert not unknown, f"the shipped cluster has no {sorted(unknown)}"
-    blocks = shipped.split("[[service]]")
-    kept = [blocks[0]]
-    kept += [b for b in blocks[1:] if not any(f'name = "{n}"' in b for n in without)]
-    path.write_text(moved("[[service]]".join(kept), ports))
-    return path
+    def moved(self, text: str) -> str:
+        """``text`` with every shipped port number replaced by the one it runs on."""
+        return moved(text, self.ports)
 
 
 @contextmanager
 def local_cluster(
-    tmp_path: Path, *, without: Iterable[str] = (), env: Mapping[str, str] | None = None
+    tmp_path: Path,
+    *,
+    services: tuple[str, ...] | None = None,
+    without: Iterable[str] = (),
+    env: Mapping[str, Mapping[str, str]] | None = None,
+    launcher_env: Mapping[str, str] | None = None,
 ) -> Iterator[LocalCluster]:
-    """Run the shipped local cluster on free ports until the block ends.
+    """Run the shipped local cluster with ``zbus up`` until the block ends.
 
     Args:
         tmp_path: where the cluster file and the state directory go.
-        without: services of the shipped file not to start (e.g. ``("sparkworker",)``).
-        env: extra environment of every service (e.g. ``{"ZBUS_ADMIN_TOKEN": "t"}``).
+        services: the services to run (all when None).
+        without: services of the shipped file not to run (e.g. ``("sparkworker",)``).
+        env: settings to add, by service name.
+        launcher_env: environment of the launcher (every service inherits it).
     """
+    shipped = [s["name"] for s in tomllib.loads(SHIPPED.read_text())["service"]]
+    unknown = (set(services or ()) | set(without)) - set(shipped)
+    assert not unknown, f"the shipped cluster has no {sorted(unknown)}"
+    if services is None and without:
+        services = tuple(name for name in shipped if name not in set(without))
     ports = port_map()
-    without = tuple(without)
-    config = cluster_file(tmp_path / "cluster.toml", ports, without)
-    specs = tomllib.loads(config.read_text())["service"]
-    admin = {s["name"]: int(s["admin_port"]) for s in specs}
+    config = cluster_file(tmp_path / "cluster.toml", ports, services=services, env=env)
     state = tmp_path / "state"
     launcher = subprocess.Popen(
         [sys.executable, "-m", "zbus", "up", "--config", str(config), "--state-dir", str(state)],
@@ -109,7 +146,7 @@ def local_cluster(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(launcher_env or {})},
     )
     try:
         assert launcher.stdout is not None
@@ -119,10 +156,11 @@ def local_cluster(
             if "stops the cluster" in line:
                 break
         else:
-            raise AssertionError("the cluster did not start:\n" + "".join(seen))
-        for port in admin.values():
-            assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
-        yield LocalCluster(ports, admin, state, config)
+            logs = ""
+            for log in sorted((state / "logs").glob("*.log")):
+                logs += f"\n--- {log.name}\n" + log.read_text(errors="replace")[-3000:]
+            raise AssertionError("the cluster did not start:\n" + "".join(seen) + logs)
+        yield LocalCluster(ports, state, config)
     finally:
         if launcher.poll() is None:
             launcher.send_signal(signal.SIGTERM)

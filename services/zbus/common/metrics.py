@@ -1,10 +1,11 @@
-"""Exporting counts kept by sans-I/O logic, read when Prometheus scrapes."""
+"""Exporting counts kept by sans-I/O logic, read when Prometheus scrapes; reading
+them back as totals (for admin APIs and the dashboard's sampler)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 
@@ -32,3 +33,29 @@ class CountsCollector(Collector):
         for key, value in sorted(self.source().items()):
             family.add_metric([key], value)
         yield family
+
+
+def family_totals(
+    families: Iterable[Metric], name: str, label: str | None = None
+) -> dict[str, float]:
+    """The values of metric family ``name`` summed by ``label`` (every sample under the
+    key ``""`` when ``label`` is None), from a registry's ``collect()`` or parsed
+    Prometheus text. A counter is read from its ``_total`` samples, a gauge from its own;
+    a histogram's or summary's samples are not summed.
+
+    Args:
+        families: metric families, e.g. ``registry.collect()``.
+        name: the family's name, without ``_total``.
+        label: the label to group by; samples without it count under ``""``.
+    """
+    out: dict[str, float] = {}
+    for family in families:
+        if family.name != name:
+            continue
+        wanted = f"{name}_total" if family.type == "counter" else name
+        for sample in family.samples:
+            if sample.name != wanted:
+                continue
+            key = sample.labels.get(label, "") if label is not None else ""
+            out[key] = out.get(key, 0.0) + float(sample.value)
+    return out

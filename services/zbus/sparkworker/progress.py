@@ -11,6 +11,7 @@ eventually), so the numbers are a best effort, never used for decisions.
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 import time
@@ -96,6 +97,15 @@ def read_progress(tracker: StatusTracker, group: str) -> Progress:
     return Progress(jobs, running, stages, tasks, completed, active, failed)
 
 
+PREVIEW_CHARS = 2000  # of a finished job's result kept for the admin API (100 jobs: 200 kB)
+
+
+def result_preview(result: Any) -> str:
+    """``result`` as compact JSON text, cut to :data:`PREVIEW_CHARS` (with an ellipsis)."""
+    text = json.dumps(result, separators=(",", ":"), default=str)
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "\u2026"
+
+
 @dataclass(slots=True)
 class JobRecord:
     """One job as the admin API shows it."""
@@ -109,6 +119,7 @@ class JobRecord:
     error: str | None = None
     output: str | None = None
     progress: Progress = field(default_factory=Progress)
+    result_preview: str | None = None  # the result as JSON text, cut at PREVIEW_CHARS
 
     def view(self, now: float) -> dict[str, Any]:
         seconds = now - self.started if self.seconds is None else self.seconds
@@ -121,6 +132,7 @@ class JobRecord:
             "error": self.error,
             "output": self.output,
             "progress": self.progress.view(),
+            "result_preview": self.result_preview,
         }
 
 
@@ -152,7 +164,11 @@ class JobBoard:
         *,
         error: str | None = None,
         output: str | None = None,
+        result: Any = None,
     ) -> dict[str, Any] | None:
+        """Move a running job to the finished ones; ``result`` (any JSON value) is kept
+        as a preview of at most :data:`PREVIEW_CHARS` characters of its JSON text."""
+        preview = None if result is None else result_preview(result)
         with self._lock:
             record = self._running.pop(job_id, None)
             if record is None:
@@ -161,6 +177,7 @@ class JobBoard:
             record.seconds = time.monotonic() - record.started
             record.error = error
             record.output = output
+            record.result_preview = preview
             self._finished.appendleft(record)
             return record.view(time.monotonic())
 

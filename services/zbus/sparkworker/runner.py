@@ -171,7 +171,7 @@ class JobRunner:
             "result": done.result,
             "output": done.output,
         }
-        self.board.finish(job_id, "succeeded", output=done.output)
+        self.board.finish(job_id, "succeeded", output=done.output, result=done.result)
         if done.rows and self.count_rows is not None:
             self.count_rows(done.rows)
         if self.announce is not None:

@@ -302,6 +302,8 @@ class SparkWorkerService(Service):
             "archive_path": self.settings.archive_uri(),
             "output_path": self.settings.output_uri(),
             "jobs": self.jobs.names,
+            "jobs_done": worker["jobs_done"],
+            "jobs_failed": worker["jobs_failed"],
         }
 
     def add_routes(self, app: FastAPI) -> None:

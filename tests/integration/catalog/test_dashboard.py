@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
-import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -17,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
+from playwright.async_api import Page, async_playwright, expect
 
 from tests.integration.catalog.test_catalog import running_catalog
 from tests.integration.catalog.test_log_aggregation import shipping_logger
+from tests.support.browser import ARGS, VIEWPORT, chromium
 from tests.support.bus import bus_on_base_port
 from tests.support.echo_service import EchoService, EchoSettings
 from tests.support.waiting import UNIT, async_wait_for
@@ -82,48 +80,6 @@ def node_info(name: str, admin: str | None = None, **extra: Any) -> dict[str, An
 async def get(service: CatalogService | EchoService, path: str, **params: Any) -> httpx.Response:
     async with httpx.AsyncClient(base_url=service.admin_url or "") as http:
         return await http.get(path, params=params)
-
-
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.fail(
-            "the dashboard tests need headless Chromium: install the Debian package "
-            "`chromium` (apt-get install chromium)"
-        )
-    return path
-
-
-async def dump_dom(url: str, profile: Path) -> Element:
-    """The page at ``url`` as headless Chromium leaves it after 5 s of (virtual) time."""
-    proc = await asyncio.create_subprocess_exec(
-        chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--disable-extensions",
-        "--disable-background-networking",
-        "--no-proxy-server",
-        f"--user-data-dir={profile}",
-        "--virtual-time-budget=5000",
-        "--dump-dom",
-        url,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,  # its helper processes go with it on a timeout
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 60 * UNIT)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        raise AssertionError(f"chromium did not dump {url} within {60 * UNIT:g} s") from None
-    assert proc.returncode == 0, f"chromium failed ({proc.returncode}): {err.decode()[-2000:]}"
-    return parse_html(out.decode())
 
 
 @dataclass
@@ -290,7 +246,11 @@ async def test_the_page_and_its_files_are_served_with_their_types(tmp_path: Path
             for a in ("src", "href")
             if a in e.attrs
         ]
-        assert links and all(link.startswith("/dashboard/static/") for link in links)
+        # (Links within the page, to its own views, are fragments: #bus, #broker, ...)
+        fetched = [link for link in links if not link.startswith("#")]
+        assert fetched and all(link.startswith("/dashboard/static/") for link in fetched)
+        for script in (f for f in fetched if f.endswith(".js")):
+            assert (await get(catalog, script)).status_code == 200, script
         assert "@import" not in style.text and "url(" not in style.text
 
         # The catalog's own routes are all still there.
@@ -298,25 +258,36 @@ async def test_the_page_and_its_files_are_served_with_their_types(tmp_path: Path
         assert (await get(catalog, "/healthz")).json() == {"status": "ok"}
 
 
+@asynccontextmanager
+async def browser_page() -> AsyncIterator[Page]:
+    """A page of headless Chromium (Debian's, through Playwright)."""
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium(), args=list(ARGS))
+        try:
+            page = await browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
+            page.set_default_timeout(30_000 * UNIT)
+            yield page
+        finally:
+            await browser.close()
+
+
 async def test_chromium_renders_services_their_state_and_the_logs(tmp_path: Path) -> None:
     async with (
         bus_on_base_port(tmp_path / "bus") as base,
         running_catalog(tmp_path / "catalog", eventbus_endpoint=base) as catalog,
         running_echo(tmp_path / "echo") as echo,
+        browser_page() as page,
     ):
-        page = f"{catalog.admin_url}/dashboard"
+        url = f"{catalog.admin_url}/dashboard"
 
         # Nothing registered yet: the empty state, and no error.
-        empty = await dump_dom(page, tmp_path / "profile-empty")
-        body = empty.all("body")[0]
-        assert body.attrs.get("data-loaded") == "true"
-        assert body.attrs.get("data-errors") == "0"
-        assert visible(empty.by_id("services-empty"))
-        assert "no services registered" in empty.by_id("services-empty").text()
-        assert not visible(empty.by_id("services-table"))
-        assert empty.all("tr", data_service=None) == []
-        assert not visible(empty.by_id("error-banner"))
-        assert "catalog" in empty.by_id("catalog-summary").text()
+        await page.goto(url)
+        await expect(page.locator("body")).to_have_attribute("data-loaded", "true")
+        await expect(page.locator("body")).to_have_attribute("data-errors", "0")
+        await expect(page.locator("#services-empty")).to_have_text("no services registered")
+        await expect(page.locator("#services-table")).to_be_hidden()
+        await expect(page.locator("#error-banner")).to_be_hidden()
+        await expect(page.locator("#catalog-summary")).to_contain_text("catalog")
 
         dbp = catalog.endpoints["dbp"]
         shipper = LogShipper("svc-live", base)
@@ -341,63 +312,65 @@ async def test_chromium_renders_services_their_state_and_the_logs(tmp_path: Path
                 logger.warning("disk <b>almost</b> full", extra={"free_bytes": 1024})
                 await async_wait_for(lambda: logged(2), what="the second log record")
 
-                dom = await dump_dom(page, tmp_path / "profile-full")
-                filtered = await dump_dom(
-                    f"{page}?level=warning&text=DISK", tmp_path / "profile-filtered"
+                # The page refreshes by itself: the services appear without a reload.
+                rows = page.locator("#services-body tr")
+                await expect(rows).to_have_count(2)
+                await expect(page.locator("#services-table")).to_be_visible()
+                for name in ("svc-dead", "svc-live"):
+                    row = page.locator(f'tr[data-service="{name}"]')
+                    await expect(row).to_have_attribute("data-state", "active")
+                    await expect(row.locator('td[data-field="name"]')).to_have_text(name)
+                    await expect(row.locator('td[data-field="function"]')).to_have_text("test")
+                live = page.locator('tr[data-service="svc-live"]')
+                href = await live.locator("a").first.get_attribute("href")
+                assert (href or "").rstrip("/") == echo.admin_url
+                live_cell = live.locator('td[data-field="live"]')
+                await expect(live_cell).to_have_attribute("data-live", "ok")
+                await expect(live_cell).to_have_attribute("data-ready", "true")
+                await expect(live.locator('td[data-field="endpoints"]')).to_contain_text(
+                    echo.endpoints["echo"]
                 )
+                dead_cell = page.locator('tr[data-service="svc-dead"] td[data-field="live"]')
+                await expect(dead_cell).to_have_attribute("data-live", "error")
+                await expect(dead_cell).to_contain_text("cannot connect")
 
-        assert dom.all("body")[0].attrs.get("data-errors") == "0"
-        assert not visible(dom.by_id("error-banner"))
-        assert not visible(dom.by_id("services-empty"))
-        assert visible(dom.by_id("services-table"))
-        rows = {r.attrs["data-service"]: r for r in dom.by_id("services-body").all("tr")}
-        assert sorted(rows) == ["svc-dead", "svc-live"]
-        for name, row in rows.items():
-            assert row.attrs["data-state"] == "active"
-            assert row.all("td", data_field="name")[0].text() == name
-            assert row.all("td", data_field="state")[0].text() == "active"
-            assert row.all("td", data_field="function")[0].text() == "test"
-        live, dead = rows["svc-live"], rows["svc-dead"]
-        assert live.all("a")[0].attrs["href"].rstrip("/") == echo.admin_url
-        live_cell = live.all("td", data_field="live")[0]
-        assert live_cell.attrs["data-live"] == "ok"
-        assert live_cell.attrs["data-ready"] == "true"
-        assert echo.endpoints["echo"] in live.all("td", data_field="endpoints")[0].text()
-        dead_cell = dead.all("td", data_field="live")[0]
-        assert dead_cell.attrs["data-live"] == "error"
-        assert "cannot connect" in dead_cell.text()
+                # The logs page: in time order, data shown as text, never as markup.
+                await page.goto(f"{url}#logs")
+                records = page.locator("#logs-body tr")
+                await expect(records).to_have_count(2)
+                assert [
+                    (
+                        await r.get_attribute("data-log-level"),
+                        await r.get_attribute("data-log-service"),
+                    )
+                    for r in await records.all()
+                ] == [("info", "svc-live"), ("warning", "svc-live")]
+                message = records.nth(1).locator('td[data-field="msg"]')
+                await expect(message).to_contain_text("disk <b>almost</b> full")
+                await expect(records.nth(1)).to_contain_text("free_bytes=1024")
+                assert await page.locator("#logs b").count() == 0
 
-        logs = dom.by_id("logs")
-        assert visible(logs.by_id("logs-table"))
-        records = logs.all("tr", data_log_level=None)
-        assert [(r.attrs["data-log-level"], r.attrs["data-log-service"]) for r in records] == [
-            ("warning", "svc-live"),
-            ("info", "svc-live"),
-        ]
-        # Data is shown as text, never as markup.
-        assert (
-            records[0].all("td", data_field="msg")[0].text().startswith("disk <b>almost</b> full")
-        )
-        assert "free_bytes=1024" in records[0].text()
-        assert logs.all("b") == []
-        assert records[1].all("td", data_field="msg")[0].text() == "hello from svc-live"
-
-        # The filters start from the page's query and ask the catalog for what they match.
-        picked = filtered.by_id("logs").all("tr", data_log_level=None)
-        assert [r.attrs["data-log-level"] for r in picked] == ["warning"]
-        assert filtered.by_id("log-text").attrs.get("value", "") in ("", "DISK")
+                # The filters start from the page's query and ask the catalog for them.
+                await page.goto(f"{url}?level=warning&text=DISK#logs")
+                picked = page.locator("#logs-body tr")
+                await expect(picked).to_have_count(1)
+                await expect(picked).to_have_attribute("data-log-level", "warning")
+                await expect(page.locator("#log-text")).to_have_value("DISK")
 
 
 async def test_chromium_shows_an_error_banner_when_the_catalog_api_fails(tmp_path: Path) -> None:
     # The page served by an admin API that has no catalog routes: every call it makes fails.
-    async with running_echo(tmp_path / "echo", with_dashboard=True) as echo:
-        dom = await dump_dom(f"{echo.admin_url}/dashboard", tmp_path / "profile")
-    banner = dom.by_id("error-banner")
-    assert visible(banner)
-    assert "/api/v1/services: HTTP 404" in banner.text()
-    assert "/api/v1/cluster: HTTP 404" in banner.text()
-    body = dom.all("body")[0]
-    assert body.attrs.get("data-loaded") == "false"
-    assert int(body.attrs["data-errors"]) >= 2
-    assert not visible(dom.by_id("services-empty"))  # unknown is not empty
-    assert dom.by_id("catalog-summary").text() == "catalog: no answer"
+    async with (
+        running_echo(tmp_path / "echo", with_dashboard=True) as echo,
+        browser_page() as page,
+    ):
+        await page.goto(f"{echo.admin_url}/dashboard")
+        banner = page.locator("#error-banner")
+        await expect(banner).to_be_visible()
+        await expect(banner).to_contain_text("/api/v1/services: HTTP 404")
+        await expect(banner).to_contain_text("/api/v1/cluster: HTTP 404")
+        await expect(page.locator("#catalog-summary")).to_have_text("catalog: no answer")
+        body = page.locator("body")
+        await expect(body).to_have_attribute("data-loaded", "false")
+        assert int(await body.get_attribute("data-errors") or 0) >= 2
+        await expect(page.locator("#services-empty")).to_be_hidden()  # unknown is not empty

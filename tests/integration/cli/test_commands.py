@@ -30,7 +30,9 @@ SERVICES = {"catalog", "eventbus", "broker", "worker", "sparkworker"}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with local_cluster(tmp_path_factory.mktemp("cli"), env={"ZBUS_ADMIN_TOKEN": TOKEN}) as running:
+    with local_cluster(
+        tmp_path_factory.mktemp("cli"), launcher_env={"ZBUS_ADMIN_TOKEN": TOKEN}
+    ) as running:
         yield running
 
 

@@ -75,3 +75,38 @@ async def test_bad_requests_are_clear_errors_and_counted(tmp_path: Path) -> None
             if s.name.endswith("_total")
         }
         assert rejected["unauthorised"] == 1 and rejected["invalid"] >= 1
+
+
+async def test_what_the_dashboard_reads_tails_pages_counts_and_doors(tmp_path: Path) -> None:
+    async with (
+        running_bus(tmp_path) as bus,
+        httpx.AsyncClient(base_url=bus.admin_url or "") as http,
+    ):
+        for topic in ("/t/a", "/t/b", "/t/a", "/t/c"):
+            reply = await http.post("/api/v1/events", json={"topic": topic, "data": 1})
+            assert reply.status_code == 200
+        # A live tail asks for what came after the last sequence it has.
+        tail = (await http.get("/api/v1/events", params={"prefix": "/t/", "after": 2})).json()
+        assert [e["seq"] for e in tail["events"]] == [4, 3]
+        none = (await http.get("/api/v1/events", params={"after": 4})).json()
+        assert none["events"] == []
+        assert (await http.get("/api/v1/events", params={"after": -1})).status_code == 422
+        assert (await http.get("/api/v1/events", params={"after": 2**64})).status_code == 422
+
+        # Topics come in pages with the time of each one's last event.
+        page = (await http.get("/api/v1/topics", params={"prefix": "/t/", "limit": 2})).json()
+        assert [(t["topic"], t["count"]) for t in page["topics"]] == [("/t/a", 2), ("/t/b", 1)]
+        assert page["next"] == "/t/b"
+        assert page["topics"][0]["last_ts"].endswith("Z")
+        rest = (await http.get("/api/v1/topics", params={"after": "/t/b", "limit": 2})).json()
+        assert [t["topic"] for t in rest["topics"]] == ["/t/c"] and rest["next"] is None
+
+        state = (await http.get("/api/v1/bus")).json()
+        assert state["counters"]["received"] == 4 and state["counters"]["stored"] == 4
+        assert state["counters"]["duplicates"] == 0
+        assert sum(state["counters"]["rejected"].values()) == 0
+        assert state["counters"]["dropped"]["publisher"] == 0
+        spec = state["doors"]["spec"]
+        assert spec["endpoint"] == bus.endpoints["snapshot"]
+        assert spec["subscribers"] == spec["peers"].get("publisher", 0)
+        assert spec["subscriptions"] == len(state["subscriptions"])

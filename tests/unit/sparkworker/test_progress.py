@@ -7,6 +7,7 @@ import threading
 from pyspark.sql import SparkSession
 
 from zbus.sparkworker.progress import (
+    PREVIEW_CHARS,
     JobBoard,
     Progress,
     ProgressPoller,
@@ -81,3 +82,16 @@ def test_poller_reports_changes(spark: SparkSession) -> None:
     assert isinstance(progress, dict) and progress["spark_jobs"] >= 1
     poller.poll()
     assert len(seen) == 1  # nothing changed since
+
+
+def test_a_finished_jobs_result_is_kept_as_a_bounded_preview() -> None:
+    board = JobBoard()
+    board.begin("j1", "small")
+    board.begin("j2", "large")
+    small = board.finish("j1", "succeeded", output="/out/j1", result={"rows": 3})
+    assert small is not None and small["result_preview"] == '{"rows":3}'
+    large = board.finish("j2", "succeeded", result={"preview": ["x" * 100] * 100})
+    assert large is not None
+    assert len(large["result_preview"]) == PREVIEW_CHARS
+    assert large["result_preview"].endswith("\u2026")
+    assert [j["result_preview"] is not None for j in board.view()["finished"]] == [True, True]

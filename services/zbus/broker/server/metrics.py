@@ -56,6 +56,18 @@ class BrokerMetrics:
         )
         self._states: dict[str, JobState] = {}
 
+    def transition_totals(self) -> dict[str, dict[str, int]]:
+        """Job transitions since the start, by queue then transition (what rates are
+        computed from: ``submitted`` in, ``succeeded`` + ``failed`` + ``dead`` +
+        ``cancelled`` out)."""
+        out: dict[str, dict[str, int]] = {}
+        for family in self.jobs.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    queue = out.setdefault(sample.labels["queue"], {})
+                    queue[sample.labels["transition"]] = int(sample.value)
+        return out
+
     def counters(self, values: dict[str, int]) -> None:
         """Export the core's running counts (read at scrape time)."""
         self.events = values

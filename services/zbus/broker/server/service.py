@@ -75,6 +75,16 @@ def job_json(job: Job) -> dict[str, Any]:
     }
 
 
+def _printable(identity: bytes) -> str | None:
+    """A socket identity as the text a worker chose (eMQP workers use uuid4 text), or
+    None when it is not printable text."""
+    try:
+        text = identity.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return text if text.isprintable() else None
+
+
 class BrokerService(Service):
     name = "broker"
 
@@ -170,6 +180,7 @@ class BrokerService(Service):
             """Every queue: ready, waiting, running, consumers, and stored counts per state."""
             views = await self.call(lambda core, now: core.queue_views())
             counts = await self.read(lambda r: r.counts())
+            moves = self.metrics.transition_totals()
             names = sorted({v.name for v in views} | set(counts))
             by_name = {v.name: v for v in views}
             out = []
@@ -188,6 +199,8 @@ class BrokerService(Service):
                             s: stored.get(s, 0)
                             for s in ("succeeded", "failed", "dead", "cancelled")
                         },
+                        "queued": (view.ready + view.waiting) if view else 0,
+                        "transitions": moves.get(name, {}),
                     }
                 )
             return {"queues": out}
@@ -207,6 +220,7 @@ class BrokerService(Service):
                     {
                         **asdict(v),
                         "identity": v.identity.hex(),
+                        "identity_text": _printable(v.identity),
                         "queues": list(v.queues),
                         "jobs_running": list(v.jobs_running),
                     }

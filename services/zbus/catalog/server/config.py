@@ -45,6 +45,13 @@ class CatalogSettings(ServiceSettings):
         1000, ge=1, le=MAX_LOG_WINDOW, description="recent log records kept per service (1-100000)"
     )
 
+    history_interval: float = Field(
+        5.0,
+        ge=0.5,
+        le=60.0,
+        description="seconds between the dashboard's samples of every service (0.5-60)",
+    )
+
     def beacon_targets(self) -> list[str]:
         given = [a.strip() for a in self.beacon_addresses.split(",") if a.strip()]
         if given:

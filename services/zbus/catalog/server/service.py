@@ -49,7 +49,11 @@ from zbus.common.rejects import LogLimiter, reject_reason
 from zbus.common.security import peer_key
 from zbus.common.settings import ConfigError
 from zbus.common.wire import send_frames
+from zbus.dashboard import api as dashboard_api
 from zbus.dashboard.cluster import ClusterTarget, admin_url, gather_cluster
+from zbus.dashboard.history import History
+from zbus.dashboard.proxy import AdminProxy
+from zbus.dashboard.sampler import Sampler
 from zbus.runtime.admin import TokenRequired
 from zbus.runtime.service import Service
 
@@ -230,7 +234,7 @@ class CatalogService(Service):
             )
 
     def background(self) -> Sequence[Coroutine[Any, Any, None]]:
-        tasks = [self._timer(), self._send_beats()]
+        tasks = [self._timer(), self._send_beats(), self.sampler.run()]
         if self.settings.eventbus_endpoint:
             curve = self.curve_client(self.settings.eventbus_public_key)
             tasks.append(follow_logs(self.settings.eventbus_endpoint, self.logs, curve=curve))
@@ -404,18 +408,51 @@ class CatalogService(Service):
             it (``/api/v1/info`` and ``/readyz``, asked concurrently by the catalog); a
             service that does not answer has an ``error`` instead."""
             now = self.clock.time()
-            targets = [
-                ClusterTarget(r.name, r.state, admin_url(r.info, r.address))
-                for r in self.core.nodes()
-            ]
             checks = self.readiness()
             return {
                 "time": now,
-                "catalog": {**self.info(), "ready": all(checks.values()), "checks": checks},
-                "services": await gather_cluster(targets),
+                "catalog": {
+                    **self.info(),
+                    "ready": all(checks.values()),
+                    "checks": checks,
+                    "figures": self.figures(),
+                },
+                "services": await gather_cluster(self.cluster_targets()),
             }
 
+        # Called by the base class's constructor: the dashboard's parts are made here.
+        self.history = History(self.settings.history_interval)
+        self.proxy = AdminProxy(self.cluster_targets, self.registry)
+        self.sampler = Sampler(self.history, self.cluster_targets, self.registry.collect)
         dashboard.mount(app)
+        dashboard_api.add_routes(app, self.history, self.proxy, TokenRequired)
+
+    def cluster_targets(self) -> list[ClusterTarget]:
+        """Every registered service and the admin URL to ask it at."""
+        return [
+            ClusterTarget(r.name, r.state, admin_url(r.info, r.address)) for r in self.core.nodes()
+        ]
+
+    def figures(self) -> dict[str, Any]:
+        """The catalog's own counts for the dashboard: services by state, DBP events by
+        kind (heartbeats among them), beacons, and the liveness settings."""
+        sender: BeaconSender | None = getattr(self, "beacon", None)
+        beacon = sender.counters if sender is not None else None
+        return {
+            "services": self.core.state_counts(),
+            "events": dict(self.core.counters),
+            "heartbeat_interval": self.settings.heartbeat_interval,
+            "heartbeat_misses": self.settings.heartbeat_misses,
+            "beacon": None
+            if beacon is None
+            else {
+                "sent": beacon["sent"],
+                "errors": beacon["errors"],
+                "interval": sender.interval if sender is not None else None,
+                "endpoint": self.endpoints.get("beacon"),
+                "format": self.settings.beacon_format,
+            },
+        }
 
     def _query_logs(
         self, service: str | None, level: str | None, text: str | None, limit: int

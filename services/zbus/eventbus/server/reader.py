@@ -258,22 +258,27 @@ class SqliteLogReader:
         finally:
             self._conn.execute("COMMIT")
 
-    def recent(self, prefix: str, limit: int) -> list[Event]:
-        """The newest events whose topic starts with ``prefix``, newest first. Reads the
-        log backwards from its end, so a rare prefix costs a longer walk."""
+    def recent(self, prefix: str, limit: int, after: int = 0) -> list[Event]:
+        """The newest events whose topic starts with ``prefix`` and whose sequence is
+        above ``after``, newest first. Reads the log backwards from its end, so a rare
+        prefix costs a longer walk (never below ``after``)."""
         where, params = _range_sql("e.topic", _ranges((prefix,)))
         cur = self._conn.execute(
-            f"SELECT {_COLUMNS} FROM events AS e WHERE {where} ORDER BY e.seq DESC LIMIT ?",
-            [*params, limit],
+            f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where}"
+            " ORDER BY e.seq DESC LIMIT ?",
+            [_bound(after), *params, limit],
         )
         return list(map(_event, cur))
 
     def topics(self, prefix: str, limit: int, after: str | None = None) -> list[TopicStat]:
         """Topics starting with ``prefix`` in order, from after the topic ``after``."""
-        where, params = _range_sql("topic", _ranges((prefix,)), after)
+        where, params = _range_sql("t.topic", _ranges((prefix,)), after)
+        # The last event's time by its sequence (the key of events); retention may have
+        # deleted it, then the time is None.
         cur = self._conn.execute(
-            f"SELECT topic, count, bytes, last_seq FROM topics WHERE {where}"
-            " ORDER BY topic LIMIT ?",
+            "SELECT t.topic, t.count, t.bytes, t.last_seq,"
+            " (SELECT e.ts FROM events AS e WHERE e.seq = t.last_seq)"
+            f" FROM topics AS t WHERE {where} ORDER BY t.topic LIMIT ?",
             [*params, limit],
         )
         return [TopicStat(*row) for row in cur]

@@ -55,6 +55,7 @@ class TopicStat:
     count: int
     bytes: int
     last_seq: int
+    last_ts: str | None = None  # producer timestamp of the last event (None: not in the log)
 
 
 @dataclass(frozen=True, slots=True)

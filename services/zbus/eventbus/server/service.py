@@ -21,6 +21,7 @@ from fastapi import FastAPI, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from zbus.common.clock import Clock
+from zbus.common.metrics import family_totals
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.sqlite import checkpoint
 from zbus.eventbus.core.bus import RateMeter
@@ -308,6 +309,50 @@ class EventBusService(Service):
 
         return await asyncio.to_thread(call)
 
+    def counters(self) -> dict[str, Any]:
+        """Running totals since the start: events in, stored, duplicates, sent, and what
+        was refused (``rejected``) or dropped for a slow peer (``dropped``), by door."""
+        families = list(self.registry.collect())
+        rejected = family_totals(families, "zbus_eventbus_rejected", "socket")
+        dropped = family_totals(families, "zbus_eventbus_overflows", "socket")
+        if self.mc0 is not None:
+            rejected["mc0"] = sum(family_totals(families, "zbus_eventbus_mc0_errors").values())
+            dropped["mc0"] = sum(family_totals(families, "zbus_eventbus_mc0_dropped").values())
+        total = family_totals(families, "zbus_eventbus_events_stored").get("", 0.0)
+        return {
+            "received": int(family_totals(families, "zbus_eventbus_events_received").get("", 0)),
+            "stored": int(total),
+            "duplicates": int(family_totals(families, "zbus_eventbus_events_duplicate").get("", 0)),
+            "broadcast": {
+                k: int(v)
+                for k, v in sorted(
+                    family_totals(families, "zbus_eventbus_events_broadcast", "socket").items()
+                )
+            },
+            "rejected": {k: int(v) for k, v in sorted(rejected.items())},
+            "dropped": {k: int(v) for k, v in sorted(dropped.items())},
+        }
+
+    def doors(self, peers: dict[str, int]) -> dict[str, Any]:
+        """Each front door's endpoint, connected peers and subscriptions."""
+        out: dict[str, Any] = {
+            "spec": {
+                "endpoint": self.endpoints.get("snapshot"),
+                "peers": peers,
+                "subscribers": peers.get("publisher", 0),
+                "subscriptions": len(self.pipeline.subscriptions.prefixes),
+            }
+        }
+        if self.mc0 is not None:
+            core = self.mc0.core
+            out["mc0"] = {
+                "endpoint": self.endpoints.get("mc0"),
+                "peers": {"connections": len(core.sessions)},
+                "subscribers": len(core.sessions),
+                "subscriptions": core.topics.count,
+            }
+        return out
+
     def add_routes(self, app: FastAPI) -> None:
         @app.post("/api/v1/events", dependencies=[TokenRequired], tags=["events"])
         async def post_event(request: PublishRequest) -> dict[str, Any]:
@@ -316,10 +361,13 @@ class EventBusService(Service):
 
         @app.get("/api/v1/events", tags=["events"])
         async def recent_events(
-            prefix: str = "", limit: int = Query(100, ge=1, le=1000)
+            prefix: str = "",
+            limit: int = Query(100, ge=1, le=1000),
+            after: int = Query(0, ge=0, le=2**64 - 1),
         ) -> dict[str, Any]:
-            """The newest events under a topic prefix, newest first."""
-            events = await self._read("recent", prefix, limit)
+            """The newest events under a topic prefix, newest first; with ``after``, only
+            those above that sequence (a live tail asks with the last one it has)."""
+            events = await self._read("recent", prefix, limit, after)
             return {"events": [event_json(e) for e in events]}
 
         @app.get("/api/v1/snapshot", tags=["events"])
@@ -340,13 +388,21 @@ class EventBusService(Service):
         async def topics(
             prefix: str = "", after: str | None = None, limit: int = Query(100, ge=1, le=10_000)
         ) -> dict[str, Any]:
-            """Topics with their event counts, bytes and last sequence."""
+            """Topics with their event counts, bytes, last sequence and its time; paged
+            with ``next`` (the last topic of a full page)."""
             stats = await self._read("topics", prefix, limit, after)
             return {
                 "topics": [
-                    {"topic": t.topic, "count": t.count, "bytes": t.bytes, "last_seq": t.last_seq}
+                    {
+                        "topic": t.topic,
+                        "count": t.count,
+                        "bytes": t.bytes,
+                        "last_seq": t.last_seq,
+                        "last_ts": t.last_ts,
+                    }
                     for t in stats
-                ]
+                ],
+                "next": stats[-1].topic if len(stats) == limit else None,
             }
 
         @app.get("/api/v1/bus", tags=["events"])
@@ -371,6 +427,8 @@ class EventBusService(Service):
                 "compat": self.settings.compat,
                 "peer_bounds": self.settings.bounds().table(),
                 "archive": {"enabled": False} if self.archiver is None else self.archiver.status(),
+                "counters": self.counters(),
+                "doors": self.doors(peers),
             }
 
         @app.get("/api/v1/pppp", tags=["pppp"])
