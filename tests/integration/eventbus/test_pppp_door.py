@@ -240,6 +240,13 @@ def test_the_admin_api_shows_channels_and_subscribers(
         assert rest["subscribers"][0]["channels"]["/a/"]["acked"] == 0
         values = metrics(bus.admin_url or "")
         assert values["zbus_pppp_backlog{channel=/a/}"] == 2
+        # The bus's own view lists the door beside the others (the dashboard's Bus page).
+        url = f"{bus.admin_url}/api/v1/bus"
+        with urllib.request.urlopen(url, timeout=10 * UNIT) as resp:
+            door = json.loads(resp.read())["doors"]["pppp"]
+        assert door["endpoint"] == bus.endpoints["pppp"]
+        assert door["subscribers"] == 3 and door["subscriptions"] == 1
+        assert door["peers"] == {"live": 3, "grace": 0}
     finally:
         for sub in subs:
             sub.close()

@@ -38,8 +38,8 @@
     const dropped = c.dropped || {};
     for (const [door, d] of Object.entries(bus.doors || {})) {
       const peers = Object.entries(d.peers || {}).map(([k, v]) => `${k} ${v}`).join(", ");
-      const sockets = door === "mc0" ? ["mc0"] : ["snapshot", "publisher", "collector", "stream"];
-      const sum = (m) => sockets.reduce((a, s) => a + (m[s] || 0), 0);
+      const sockets = door === "spec" ? ["snapshot", "publisher", "collector", "stream"] : [door];
+      const sum = (m) => sockets.reduce((a, s) => a + (m[s] || 0), 0) + (m === rejected ? d.malformed || 0 : 0);
       rows.push(
         el(
           "tr",

@@ -351,6 +351,18 @@ class EventBusService(Service):
                 "subscribers": len(core.sessions),
                 "subscriptions": core.topics.count,
             }
+        if self.pppp is not None:
+            pppp = self.pppp.core
+            # Copies: the door's thread changes these while this reads them.
+            subscribers = list(dict(pppp.subscribers).values())
+            live = sum(1 for s in subscribers if s.live)
+            out["pppp"] = {
+                "endpoint": self.endpoints.get("pppp"),
+                "peers": {"live": live, "grace": len(subscribers) - live},
+                "subscribers": live,
+                "subscriptions": len(dict(pppp.channels.channels)),
+                "malformed": sum(dict(pppp.malformed).values()),
+            }
         return out
 
     def add_routes(self, app: FastAPI) -> None:
