@@ -29,14 +29,16 @@ from zbus.common.protocols.pppp import (
     decode_from_subscriber,
     encode,
 )
-from zbus.common.protocols.pppp_event import (
-    EventPayload,
-    SyncEnd,
-    encode_event,
-    encode_sync_end,
-)
+from zbus.common.protocols.pppp_event import SyncEnd, encode_sync_end
 from zbus.common.rejects import reject_reason
-from zbus.eventbus.core.pppp_cache import EventCache, Payload, ReadBuffer, payload_bytes
+from zbus.eventbus.core.pppp_cache import (
+    ENTRY_OVERHEAD,
+    EventCache,
+    Payload,
+    ReadBuffer,
+    payload_bytes,
+    payload_frames,
+)
 from zbus.eventbus.core.pppp_channels import Channel, ChannelIndex
 from zbus.eventbus.core.pppp_subscribers import Conversation, Subscriber, Sync, Times
 from zbus.eventbus.core.pppp_types import (
@@ -52,7 +54,7 @@ from zbus.eventbus.core.pppp_types import (
 )
 
 PUMP_BUDGET = 256  # messages sent to one subscriber before the next one gets a turn
-READ_PAGE = 256  # messages read from the log at once for a backlog
+READ_PAGE = 1024  # messages read from the log at once for a backlog
 SYNC_PAGE = 256  # SYNC items read from the log at once
 HEARTBEAT = encode(Heartbeat())
 ZERO = (0).to_bytes(8, "big")
@@ -266,21 +268,26 @@ class PpppCore:
     def add_sequenced(self, events: Iterable[tuple[int, Sequence[Any]]]) -> None:
         """Events as ``(global seq, [topic, producer, timestamp, uuid, data])`` in
         sequence order (the log's, which skips those of no channel); those up to
-        :attr:`taken` are skipped."""
+        :attr:`taken` are skipped. An event some channel numbers is encoded once, here,
+        into the cache: every delivery of it sends those frames."""
         touched: dict[str, Channel] = {}
-        matching, cache = self.channels.matching, self.cache
-        for seq, row in events:
-            if seq <= self.taken:
-                continue
-            self.taken = seq
-            topic = row[0]
-            numbered = [c for c in matching(topic) if c.number(seq) is not None]
-            if not numbered:
-                continue
-            event = EventPayload(topic, row[3], row[2], row[1], row[4], seq)
-            cache.add(seq, encode_event("", 0, event).payload)
-            for channel in numbered:
-                touched[channel.name] = channel
+        route, cache, taken = self.channels.route, self.cache, self.taken
+        try:
+            for seq, row in events:
+                if seq <= taken:
+                    continue
+                taken = seq
+                topic, channels = route(row[0])
+                numbered = False
+                for channel in channels:
+                    if channel.number(seq) is not None:
+                        numbered = True
+                        touched[channel.name] = channel
+                if numbered:
+                    payload = payload_frames(seq, topic, row[3], row[2], row[1], row[4])
+                    cache.add(seq, payload, sum(map(len, payload)) + ENTRY_OVERHEAD)
+        finally:
+            self.taken = taken
         if touched:
             oldest = cache.oldest
             for channel in touched.values():
@@ -353,27 +360,45 @@ class PpppCore:
                 conv.resend.pop(0)
             else:
                 conv.resend[0] = (first + 1, last)
-        window, peer_bytes = self.limits.window, self.limits.peer_bytes
-        while (
-            budget > 0
-            and conv.next <= channel.head
-            and conv.next - 1 - conv.acked < window
-            and conv.inflight_bytes < peer_bytes
-        ):
-            cseq = conv.next
-            payload = self._message(channel, cseq)
-            if payload is None:
-                self.unavailable += 1
-                conv.next += 1
-                continue
-            if not send(identity, [raw, cseq.to_bytes(8, "big"), *payload]):
-                return -1
-            conv.next += 1
-            conv.inflight_bytes += payload_bytes(payload)
-            self.sent["publish"] += 1
-            sub.sent(now, publish=True)
+        return self._pump_new(sub, conv, now, send, budget)
+
+    def _pump_new(
+        self, sub: Subscriber, conv: Conversation, now: float, send: Send, budget: int
+    ) -> int:
+        """New messages from ``next`` within the window: the hot path. The payload of a
+        cached message is the cache's own frames, its size counted once."""
+        channel, identity, raw = conv.channel, sub.identity, conv.channel.raw
+        limit = min(channel.head, conv.acked + self.limits.window)
+        nxt, inflight, peer_bytes = conv.next, conv.inflight_bytes, self.limits.peer_bytes
+        if budget <= 0 or nxt > limit or inflight >= peer_bytes:
+            return budget
+        entry_of, recent, offset = self.cache.entry, channel.recent, channel.recent_offset()
+        cut, held = channel.cut, len(channel.recent)
+        count, full = 0, False
+        while budget > 0 and nxt <= limit and inflight < peer_bytes:
+            i = nxt + offset
+            entry = entry_of(recent[i]) if cut <= i < held else None
+            if entry is None:
+                payload = self._message(channel, nxt)
+                if payload is None:
+                    self.unavailable += 1
+                    nxt += 1
+                    continue
+                size = payload_bytes(payload)
+            else:
+                payload, size = entry
+            if not send(identity, [raw, nxt.to_bytes(8, "big"), *payload]):
+                full = True
+                break
+            nxt += 1
+            inflight += size
+            count += 1
             budget -= 1
-        return budget
+        conv.next, conv.inflight_bytes = nxt, inflight
+        if count:
+            self.sent["publish"] += count
+            sub.sent(now, publish=True)
+        return -1 if full else budget
 
     def _pump_sync(
         self, sub: Subscriber, conv: Conversation, sync: Sync, now: float, send: Send, budget: int

@@ -17,12 +17,13 @@ To find channel sequence ``n`` again a channel keeps, besides its checkpoint:
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from dataclasses import dataclass, field
 
 MARK_EVERY = 256
 #: Channels at most before matching a topic walks its prefixes instead of the channels.
 _SCAN_CHANNELS = 16
+#: Topics whose channels :meth:`ChannelIndex.route` remembers (then it starts afresh).
+ROUTES = 1024
 
 
 @dataclass(slots=True)
@@ -34,19 +35,20 @@ class Channel:
     head: int = 0  # the last channel sequence given
     through: int = 0  # global sequence up to which this channel is numbered
     marks: list[tuple[int, int]] = field(default_factory=list)
-    recent: deque[int] = field(default_factory=deque)  # global seqs of recent_base+1..head
+    # Global sequences of messages recent_base+1..head: recent[cut:] (a list, so that
+    # any of them is found at once; the dead head is cut away in large steps).
+    recent: list[int] = field(default_factory=list)
     recent_base: int = 0
+    cut: int = 0
     subscribers: set[bytes] = field(default_factory=set)  # identities with a conversation
     uid: int = 0  # unique among the channels of a door's life: a recreated channel's
     # messages are numbered afresh, so nothing read for the old one may be taken for them
+    raw: bytes = field(init=False, default=b"")  # the name as sent, encoded once
 
     def __post_init__(self) -> None:
         self.head, self.through = self.checkpoint
         self.recent_base = self.head
-
-    @property
-    def raw(self) -> bytes:
-        return self.name.encode("utf-8")
+        self.raw = self.name.encode("utf-8")
 
     def number(self, seq: int) -> int | None:
         """Give the event at global ``seq`` (whose topic matches) its channel sequence;
@@ -62,15 +64,25 @@ class Channel:
 
     def trim_recent(self, oldest_cached: int) -> None:
         """Forget the global sequences of messages the cache no longer holds."""
-        recent = self.recent
-        while recent and recent[0] < oldest_cached:
-            recent.popleft()
-            self.recent_base += 1
+        recent, cut = self.recent, self.cut
+        if cut >= len(recent) or recent[cut] >= oldest_cached:
+            return
+        end = bisect.bisect_left(recent, oldest_cached, cut)
+        self.recent_base += end - cut
+        if end > 4096 and end * 2 > len(recent):
+            del recent[:end]
+            end = 0
+        self.cut = end
+
+    def recent_offset(self) -> int:
+        """``recent[cseq + offset]`` is message ``cseq``'s global sequence, for an index
+        from :attr:`cut` to ``len(recent) - 1`` (the pump's inlined :meth:`lookup`)."""
+        return self.cut - self.recent_base - 1
 
     def lookup(self, cseq: int) -> int | None:
         """The global sequence of message ``cseq`` when it is recent, else None."""
-        index = cseq - self.recent_base - 1
-        if 0 <= index < len(self.recent):
+        index = cseq + self.recent_offset()
+        if self.cut <= index < len(self.recent):
             return self.recent[index]
         return None
 
@@ -111,6 +123,7 @@ class ChannelIndex:
     def __init__(self) -> None:
         self.channels: dict[str, Channel] = {}
         self._uids = 0
+        self._routes: dict[str, tuple[bytes, tuple[Channel, ...]]] = {}
 
     def __len__(self) -> int:
         return len(self.channels)
@@ -122,10 +135,24 @@ class ChannelIndex:
         self._uids += 1
         channel = Channel(name, checkpoint, uid=self._uids)
         self.channels[name] = channel
+        self._routes.clear()
         return channel
 
     def remove(self, name: str) -> None:
         self.channels.pop(name, None)
+        self._routes.clear()
+
+    def route(self, topic: str) -> tuple[bytes, tuple[Channel, ...]]:
+        """``topic`` encoded and the channels it matches, remembered for the next event
+        of the same topic (at most :data:`ROUTES` topics, forgotten when a channel comes
+        or goes)."""
+        routes = self._routes
+        got = routes.get(topic)
+        if got is None:
+            if len(routes) >= ROUTES:
+                routes.clear()
+            got = routes[topic] = (topic.encode("utf-8"), tuple(self.matching(topic)))
+        return got
 
     def matching(self, topic: str) -> list[Channel]:
         """The channels whose prefix ``topic`` has."""

@@ -37,13 +37,12 @@ from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES, RECORD_OVERHEAD
-from zbus.common.protocols.pppp_event import EventPayload, encode_event
 from zbus.common.rejects import LogLimiter
 from zbus.common.threads import SocketThread
 from zbus.common.wire import recv_frames, send_frames
 from zbus.eventbus.core.flow import hwm_for
 from zbus.eventbus.core.pppp import Limits, PpppCore
-from zbus.eventbus.core.pppp_cache import Payload
+from zbus.eventbus.core.pppp_cache import Payload, payload_frames
 from zbus.eventbus.core.pppp_subscribers import Times, identity_text
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.pppp_store import PositionStore
@@ -59,15 +58,16 @@ CATCH_UP_BYTES = 8 * 1024 * 1024
 PERSIST_EVERY = 0.05  # seconds between group commits of positions
 MAX_CUSTOMS_IN_FLIGHT = 1000  # ZB-PUB batches of CUSTOMs sent and not answered
 CUSTOM_TOPIC = "/zbus/pppp/custom/"
+_SEND = zmq.backend.Socket.send  # the compiled send, as zbus.common.wire uses it
+_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
+_LAST = int(zmq.NOBLOCK)
 
 
 def payload_of(event: Event) -> Payload:
     """The PUBLISH payload frames of a logged event."""
-    return encode_event(
-        "",
-        0,
-        EventPayload(event.topic, event.uuid, event.ts, event.producer, event.data, event.seq),
-    ).payload
+    return payload_frames(
+        event.seq, event.topic.encode("utf-8"), event.uuid, event.ts, event.producer, event.data
+    )
 
 
 class LogSource:
@@ -154,6 +154,8 @@ class PpppDoor(SocketThread):
         self.behind = True  # the log may hold events the door has not taken in
         self.stream_gaps = 0
         self.blocked_sends = 0
+        self.sends = 0
+        self._waiting_out = True
         self.unreachable = 0
         self.customs_published = 0
         self.customs_failed = 0
@@ -211,11 +213,21 @@ class PpppDoor(SocketThread):
         poller = zmq.Poller()
         for sock in self._sockets:
             poller.register(sock, zmq.POLLIN)
-        clock, core = self.clock, self.core
+        clock, core, router = self.clock, self.core, self.router
+        watching_out = False
         while not self.halted:
-            for sock, _ in poller.poll(self._timeout_ms(clock.monotonic())):
-                if sock is self.router:
-                    self._read_subscribers()
+            # Every ready subscriber's queue is full: wake when the ROUTER can take a
+            # message again (POLLOUT, with ROUTER_MANDATORY: some peer's queue has room),
+            # unless that did not help last time (another peer had the room), then retry
+            # after RETRY_MS.
+            want_out = self._waiting_out and bool(core.ready) and not core.has_work
+            if want_out != watching_out:
+                poller.modify(router, zmq.POLLIN | (zmq.POLLOUT if want_out else 0))
+                watching_out = want_out
+            for sock, events in poller.poll(self._timeout_ms(clock.monotonic(), want_out)):
+                if sock is router:
+                    if events & zmq.POLLIN:
+                        self._read_subscribers()
                 elif sock is self.stream:
                     self._read_stream()
                 else:
@@ -228,7 +240,9 @@ class PpppDoor(SocketThread):
                 if deadline is None or now >= deadline:
                     core.tick(now, self._send)
                 self._next_tick = now + self.tick_every
+            sent = self.sends
             core.pump(now, self._send)
+            self._waiting_out = self.sends != sent or not watching_out
             if core.customs:
                 self._publish_customs()
             if now >= self._next_persist:
@@ -236,19 +250,25 @@ class PpppDoor(SocketThread):
             self._log_refusals()
         self._persist(clock.monotonic())
 
-    def _timeout_ms(self, now: float) -> int:
+    def _timeout_ms(self, now: float, waiting_out: bool = False) -> int:
         core = self.core
         if self.behind or core.has_work:
             return 0
-        longest = RETRY_MS if core.ready else POLL_MS
+        longest = (POLL_MS if waiting_out else RETRY_MS) if core.ready else POLL_MS
         deadline = core.next_deadline()
         if deadline is not None:
             longest = min(longest, max(0, int((max(deadline, self._next_tick) - now) * 1000) + 1))
         return longest
 
     def _send(self, identity: bytes, frames: list[bytes]) -> bool:
+        # send_frames' work inlined: this runs once per delivery.
+        router = self.router
         try:
-            send_frames(self.router, [identity, *frames], block=False)
+            _SEND(router, identity, _MORE)
+            for frame in frames[:-1]:
+                _SEND(router, frame, _MORE)
+            _SEND(router, frames[-1], _LAST)
+            self.sends += 1
         except zmq.Again:
             self.blocked_sends += 1
             return False
