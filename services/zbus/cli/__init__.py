@@ -58,6 +58,14 @@ def parser() -> argparse.ArgumentParser:
         "(--catalog, ZBUS_CATALOG_URL).",
     )
     top.add_argument("--version", action="version", version=f"zbus {__version__}")
+    top.add_argument(
+        "--catalog",
+        dest="top_catalog",
+        metavar="URL",
+        default=None,
+        help="the catalog's admin URL for any command (`zbus --catalog URL status`); "
+        "the command's own --catalog wins",
+    )
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     up = sub.add_parser("up", help="run the local cluster on 127.0.0.1 (Ctrl-C stops it)")

@@ -197,7 +197,10 @@ class Cluster:
         self.args = args
         self.env = os.environ if env is None else env
         self.catalog = (
-            getattr(args, "catalog", None) or self.env.get("ZBUS_CATALOG_URL") or DEFAULT_CATALOG
+            getattr(args, "catalog", None)
+            or getattr(args, "top_catalog", None)
+            or self.env.get("ZBUS_CATALOG_URL")
+            or DEFAULT_CATALOG
         ).rstrip("/")
         timeout = getattr(args, "timeout", None)
         self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)

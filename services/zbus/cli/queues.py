@@ -79,11 +79,52 @@ def run_queues(args: argparse.Namespace, cluster: Cluster) -> int:
     return 0
 
 
+# The worker services asked for their names and figures: at most this many.
+MAX_WORKER_SERVICES = 64
+
+
+def _worker_figures(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """Registered worker services by the identity they connect to the broker with: their
+    name, concurrency and jobs done and failed (what the broker cannot tell). A service
+    that does not answer is left out: its worker shows with less."""
+    figures: dict[str, dict[str, Any]] = {}
+    asks = [(s, "api/v1/worker") for s in cluster.services() if s.function == "worker"]
+    asks += [(s, "api/v1/spark") for s in cluster.services() if s.function == "sparkworker"]
+    for service, path in asks[:MAX_WORKER_SERVICES]:
+        if not service.admin:
+            continue
+        try:
+            body = cluster.get(f"{service.admin}/{path}", service.name)
+        except CliError:
+            continue
+        if not isinstance(body, dict):
+            continue
+        broker = body.get("broker")
+        ident = body.get("identity") or (
+            broker.get("identity") if isinstance(broker, dict) else None
+        )
+        if isinstance(ident, str):
+            figures[ident] = {
+                "name": service.name,
+                "concurrency": body.get("concurrency"),
+                "jobs_done": body.get("jobs_done"),
+                "jobs_failed": body.get("jobs_failed"),
+            }
+    return figures
+
+
 def run_workers(args: argparse.Namespace, cluster: Cluster) -> int:
     body = cluster.get(f"{cluster.broker_admin()}/api/v1/workers", "the broker")
     workers = body.get("workers") if isinstance(body, dict) else None
     if not isinstance(workers, list):
         raise CliError("the broker answered no worker list")
+    try:
+        figures = _worker_figures(cluster)
+    except CliError:  # no catalog to ask (endpoints given by flags): the broker's view only
+        figures = {}
+    for w in workers:
+        if isinstance(w, dict):
+            w.update(figures.get(str(w.get("identity_text")), {}))
     if args.json:
         print_json(body)
         return 0
@@ -93,19 +134,22 @@ def run_workers(args: argparse.Namespace, cluster: Cluster) -> int:
         if not isinstance(w, dict):
             continue
         running = w.get("jobs_running") or []
+        done, failed = w.get("jobs_done"), w.get("jobs_failed")
         rows.append(
             [
-                identity(w.get("identity")),
+                w.get("name") or identity(w.get("identity")),
                 ", ".join(str(q) for q in w.get("queues") or []),
+                w.get("concurrency", "-"),
                 w.get("slots_free"),
                 len(running),
+                "-" if done is None else f"{done} ({failed or 0} failed)",
                 ago(w.get("last_heartbeat"), now),
                 ", ".join(str(j) for j in running[:3]) + (" …" if len(running) > 3 else ""),
             ]
         )
     table(
-        ["WORKER", "QUEUES", "FREE SLOTS", "RUNNING", "HEARTBEAT", "JOBS"],
+        ["WORKER", "QUEUES", "CONCURRENCY", "FREE SLOTS", "RUNNING", "DONE", "HEARTBEAT", "JOBS"],
         rows,
-        right=("FREE SLOTS", "RUNNING"),
+        right=("CONCURRENCY", "FREE SLOTS", "RUNNING"),
     )
     return 0

@@ -265,9 +265,15 @@ def test_jobs_ls_show_retry_cancel(env: dict[str, str]) -> None:
 def test_workers_ls(env: dict[str, str]) -> None:
     workers = zbus_json("workers", "ls", env=env)["workers"]
     assert sorted(q for w in workers for q in w["queues"]) == ["default", "spark"]
+    # Each worker by the name it registered with, with what its own admin API says.
+    by_name = {w["name"]: w for w in workers}
+    assert sorted(by_name) == ["sparkworker", "worker"]
+    assert by_name["worker"]["concurrency"] == 4 and by_name["sparkworker"]["concurrency"] == 2
+    assert all(isinstance(w["jobs_done"], int) for w in workers)
     done = zbus("workers", "ls", env=env)
-    assert done.stdout.splitlines()[0].split()[:2] == ["WORKER", "QUEUES"]
-    assert {line.split()[1] for line in done.stdout.splitlines()[2:]} == {"default", "spark"}
+    assert done.stdout.splitlines()[0].split()[:3] == ["WORKER", "QUEUES", "CONCURRENCY"]
+    rows = {tuple(line.split()[:3]) for line in done.stdout.splitlines()[2:]}
+    assert rows == {("sparkworker", "spark", "2"), ("worker", "default", "4")}
 
 
 def test_jobs_watch_a_spark_job_with_a_progress_bar(env: dict[str, str]) -> None:

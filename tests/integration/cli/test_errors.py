@@ -57,6 +57,14 @@ def test_a_dead_catalog_is_one_line_and_exit_1(command: tuple[str, ...], dead_ca
     assert done.stdout == ""
 
 
+def test_one_catalog_flag_before_the_command_is_enough(dead_catalog: str) -> None:
+    # The variable names a catalog that answers nothing either: the flag must win.
+    env = {"ZBUS_CATALOG_URL": "http://127.0.0.1:1", "ZBUS_ADMIN_TOKEN": ""}
+    done = zbus("--catalog", dead_catalog, "workers", "ls", env=env)
+    assert done.returncode == 1, done
+    assert one_line(done).startswith(f"zbus: cannot reach the catalog at {dead_catalog}/api/v1/")
+
+
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
