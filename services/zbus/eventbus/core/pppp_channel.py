@@ -23,7 +23,7 @@ from zbus.common.protocols import eventbus as eb
 MESSAGE_OVERHEAD = 400
 
 
-class Message(NamedTuple):
+class PPPPMessage(NamedTuple):
     """A message of a channel, as the application takes it.
 
     Attributes:
@@ -82,9 +82,9 @@ def make_message(
     bus_sequence: int,
     sync: bool,
     position: int,
-) -> Message:
+) -> PPPPMessage:
     return _new_message(
-        Message,
+        PPPPMessage,
         (channel, sequence, topic, uuid, timestamp, producer, data, bus_sequence, sync, position),
     )
 
@@ -118,11 +118,11 @@ class ChannelState:
         self.acked = 0
         self.sent_max = 0
         self.received_max = 0  # highest sequence received in this conversation
-        self.pending: dict[int, Message] = {}  # received above position + 1, by sequence
+        self.pending: dict[int, PPPPMessage] = {}  # received above position + 1, by sequence
         self.owed_at: float | None = None  # when an ACK became owed (first-idle rule)
         self.dup_owed = False  # a duplicate came: the bus waits for an answer
         self.nack_at: float | None = None  # when the current holes were last NACKed
-        self.sync_items: list[Message] = []
+        self.sync_items: list[PPPPMessage] = []
         self.sync_bytes = 0
         self.heard = False  # a PUBLISH of this channel since the last SUBSCRIBE
         self.subscribed_at = 0.0

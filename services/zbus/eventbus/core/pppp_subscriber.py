@@ -52,7 +52,7 @@ from typing import NamedTuple
 from zbus.common.protocols import pppp
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.pppp_event import EventPayload, SyncEnd, decode_payload
-from zbus.eventbus.core.pppp_channel import ChannelState, Message, make_message
+from zbus.eventbus.core.pppp_channel import ChannelState, PPPPMessage, make_message
 
 __all__ = [
     "DEFAULTS",
@@ -72,7 +72,7 @@ class Actions(NamedTuple):
     """What the client must do after feeding the core one input."""
 
     send: tuple[list[bytes], ...] = ()  # frame lists to send, in order
-    deliver: tuple[Message, ...] = ()  # messages for the application, in order
+    deliver: tuple[PPPPMessage, ...] = ()  # messages for the application, in order
     problem: str | None = None  # something the bus sent that was wrong: log it
 
 
@@ -230,7 +230,7 @@ class SubscriberCore:
             return Actions(problem=f"a SYNC end with sequence {cmd.sequence} dropped")
         return self._publish(st, cmd.sequence, payload, now)
 
-    def done(self, message: Message, now: float) -> Actions:
+    def done(self, message: PPPPMessage, now: float) -> Actions:
         """The application has finished with ``message``: it may be ACKed."""
         self.held -= 1
         self.held_bytes -= message.size
@@ -250,6 +250,13 @@ class SubscriberCore:
         if st.ack_target() - st.acked >= self.settings.ack_every:
             return Actions(send=(self._ack(st, now),))
         return NOTHING
+
+    def flush(self, now: float) -> Actions:
+        """ACK what is done and not ACKed yet, on every channel (before closing)."""
+        send = tuple(
+            self._ack(st, now) for st in self._channels.values() if st.ack_target() > st.acked
+        )
+        return Actions(send=send) if send else NOTHING
 
     def custom(self, payload: Iterable[bytes], now: float) -> list[bytes]:
         """The frames of a CUSTOM (traffic: it stands in for a heartbeat)."""
@@ -338,9 +345,9 @@ class SubscriberCore:
     def _wake_at(self, when: float) -> None:
         self.wake = min(self.wake, when)
 
-    def _drain(self, st: ChannelState, now: float) -> list[Message]:
+    def _drain(self, st: ChannelState, now: float) -> list[PPPPMessage]:
         """The held messages that now follow ``position``, in order; drops those below."""
-        out: list[Message] = []
+        out: list[PPPPMessage] = []
         pending = st.pending
         assert st.position is not None
         for seq in sorted(pending):
@@ -409,7 +416,7 @@ class SubscriberCore:
             return NOTHING
         self.syncs += 1
         st.position = end.head
-        delivered: list[Message] = []
+        delivered: list[PPPPMessage] = []
         if items:
             last = items[-1]
             items[-1] = last._replace(position=end.head)
