@@ -53,7 +53,7 @@ ADMIN_PORTS: Final = {
 PORTS: Final[dict[str, frozenset[tuple[int, str]]]] = {
     "catalog": frozenset({(5246, "tcp"), (5246, "udp"), (5245, "udp")}),
     "eventbus": frozenset(
-        {(5556, "tcp"), (5557, "tcp"), (5558, "tcp"), (5559, "tcp"), (61616, "tcp")}
+        {(5556, "tcp"), (5557, "tcp"), (5558, "tcp"), (5559, "tcp"), (5560, "tcp"), (61616, "tcp")}
     ),
     "broker": frozenset({(47291, "tcp"), (47290, "tcp")}),
     "worker": frozenset(),
@@ -92,6 +92,7 @@ MANAGED: Final = {
         "ZBUS_COLLECTOR_PORT",
         "ZBUS_STREAM_PORT",
         "ZBUS_MC0_PORT",
+        "ZBUS_PPPP_PORT",
         "ZBUS_ARCHIVE_PATH",
     },
     "broker": MANAGED_COMMON | {"ZBUS_CLIENT_PORT", "ZBUS_WORKER_PORT"},

@@ -79,9 +79,11 @@ eventbus:
     - {name: collector, port: 5558, protocol: TCP}
     - {name: stream, port: 5559, protocol: TCP}
     - {name: mc0, port: 61616, protocol: TCP}
+    - {name: pppp, port: 5560, protocol: TCP}
   env:
     ZBUS_PORT: "5556"
     ZBUS_MC0_PORT: "61616"
+    ZBUS_PPPP_PORT: "5560"
 broker:
   kind: StatefulSet
   image: image

@@ -102,6 +102,62 @@ class EventBusSettings(ServiceSettings):
         description="what one mc0 connection can make the bus hold, each way (docs/eventbus.md)",
     )
 
+    pppp_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="the PPPP door's port (5560 in the local cluster and the containers); "
+        "unset: no PPPP door; 0: any free port",
+    )
+    pppp_first_idle: float = Field(
+        0.1,
+        ge=0.001,
+        le=60,
+        description="PPPP first idle time, seconds: a subscriber ACKs within it, and the "
+        "first HEARTBEAT goes out after it",
+    )
+    pppp_idle: float = Field(
+        1.0, ge=0.001, le=3600, description="PPPP idle time, seconds: HEARTBEAT every idle time"
+    )
+    pppp_misses: int = Field(
+        4,
+        ge=2,
+        le=10,
+        description="PPPP misses: a subscriber silent for misses x idle is disconnected; "
+        "one that owes an ACK for misses x first idle gets its last message again",
+    )
+    pppp_grace: float = Field(
+        300.0,
+        ge=0,
+        le=30 * 86400,
+        description="PPPP grace period, seconds: a disconnected subscriber's positions are "
+        "kept this long, then dropped (it gets a SYNC when it returns)",
+    )
+    pppp_window: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="PPPP messages sent and not ACKed, per subscriber and channel, at most",
+    )
+    pppp_peer_bytes: int = Field(
+        64 * MiB,
+        ge=1,
+        description="PPPP bytes sent and not ACKed per subscriber and channel, at most; "
+        "also bounds the subscriber's ZeroMQ queue",
+    )
+    pppp_cache_bytes: int = Field(
+        64 * MiB,
+        ge=MiB,
+        le=64 * 1024 * MiB,
+        description="PPPP recent-event cache, bytes (older messages are read from the log)",
+    )
+    pppp_max_channels: int = Field(
+        64, ge=1, le=4096, description="PPPP channels one subscriber may hold, at most"
+    )
+    pppp_max_subscribers: int = Field(
+        10_000, ge=1, le=1_000_000, description="PPPP subscribers the door serves, at most"
+    )
+
     @model_validator(mode="after")
     def _derive_ports(self) -> EventBusSettings:
         base = self.port
@@ -144,6 +200,25 @@ class EventBusSettings(ServiceSettings):
             raise ValueError(
                 f"mc0_peer_bytes must be at least {least}: four mc0 messages of the largest size"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_pppp(self) -> EventBusSettings:
+        if self.pppp_port is None:
+            return self
+        problems = []
+        if self.pppp_idle < self.pppp_first_idle:
+            problems.append(
+                f"pppp_idle ({self.pppp_idle:g} s) must be at least pppp_first_idle "
+                f"({self.pppp_first_idle:g} s): the first idle time is the shorter one"
+            )
+        least = 2 * (self.max_event_bytes + RECORD_OVERHEAD + 1024)
+        if self.pppp_peer_bytes < least:
+            problems.append(
+                f"pppp_peer_bytes must be at least {least}: two PPPP messages of the largest size"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def mc0_limits(self) -> Mc0Limits:

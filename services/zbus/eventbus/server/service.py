@@ -30,6 +30,8 @@ from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.mc0_door import Mc0Door, Mc0Metrics
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.pipeline import Pipeline
+from zbus.eventbus.server.pppp_admin import PpppMetrics, pppp_status
+from zbus.eventbus.server.pppp_door import PpppDoor
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
     Event,
@@ -84,6 +86,7 @@ class EventBusService(Service):
         self.log_path = settings.data_dir / "events.db"
         self.archiver: Archiver | None = None
         self.mc0: Mc0Door | None = None
+        self.pppp: PpppDoor | None = None
 
     async def start(self) -> None:
         # The pipeline thread shares the GIL with this loop: a shorter switch interval
@@ -101,6 +104,9 @@ class EventBusService(Service):
         if archive_uri is not None:
             # Until the archive has read its mark, retention deletes nothing.
             self.store.hold_retention(0)
+        if self.settings.pppp_port is not None:
+            # Until the PPPP door has read its checkpoints, retention deletes nothing.
+            self.store.hold_retention(0, holder="pppp")
         sync_ctx: zmq.Context[Any] = zmq.Context.shadow(self.ctx)
         self.pipeline = Pipeline(
             sync_ctx, self.settings, self.store, self.metrics, self.clock, self.inproc
@@ -146,6 +152,8 @@ class EventBusService(Service):
         self.endpoints.update(self.pipeline.endpoints)
         if self.settings.mc0_port is not None:
             await self._start_mc0(sync_ctx)
+        if self.settings.pppp_port is not None:
+            await self._start_pppp(sync_ctx)
         self.publisher = self.ctx.socket(zmq.DEALER)
         self.own(self.publisher)
         self.publisher.connect(self.inproc)
@@ -175,6 +183,30 @@ class EventBusService(Service):
         Mc0Metrics(door, self.registry)
         self.mc0 = door
         self.endpoints["mc0"] = door.endpoint
+
+    async def _start_pppp(self, ctx: zmq.Context[Any]) -> None:
+        """The PPPP door: events come from the stream (and the log), CUSTOMs go to the
+        collector, positions to pppp.sqlite."""
+        door = PpppDoor(
+            ctx,
+            self.settings,
+            self.clock,
+            log_path=self.log_path,
+            collector=self.inproc,
+            stream=self.pipeline.stream_inproc,
+            secure=self.secure,
+            hold=functools.partial(self.store.hold_retention, holder="pppp"),
+        )
+        self.essential(door)  # PPPP subscribers depend on it: fail, exit 1
+        door.start()
+        await asyncio.to_thread(door.ready.wait)
+        if door.failed is not None:
+            from zbus.common.settings import ConfigError
+
+            raise ConfigError(f"the PPPP door cannot start: {door.failed}")
+        PpppMetrics(door, self.registry)
+        self.pppp = door
+        self.endpoints["pppp"] = door.endpoint
 
     def background(self) -> Sequence[Coroutine[Any, Any, None]]:
         return [self._watch()]
@@ -206,6 +238,8 @@ class EventBusService(Service):
         threads = [getattr(self, "pipeline", None), getattr(self, "snapshots", None)]
         if self.settings.mc0_port is not None:
             threads.append(self.mc0)
+        if self.settings.pppp_port is not None:
+            threads.append(self.pppp)
         return {
             "log_open": hasattr(self, "store"),
             "threads_alive": all(t is not None and t.is_alive() for t in threads),
@@ -215,9 +249,10 @@ class EventBusService(Service):
         # The mc0 door stops first and hands the collector what its clients sent; the
         # pipeline commits what is queued on the collector before it stops. After a
         # failed start, either thread may not exist, or exist and never have started.
-        if self.mc0 is not None:
-            self.mc0.stop()
-            await asyncio.to_thread(self.mc0.join)
+        for door in (self.mc0, self.pppp):
+            if door is not None:
+                door.stop()
+                await asyncio.to_thread(door.join)
         threads = [getattr(self, name, None) for name in ("snapshots", "pipeline")]
         for thread in threads:
             if thread is not None:
@@ -337,6 +372,19 @@ class EventBusService(Service):
                 "peer_bounds": self.settings.bounds().table(),
                 "archive": {"enabled": False} if self.archiver is None else self.archiver.status(),
             }
+
+        @app.get("/api/v1/pppp", tags=["pppp"])
+        async def pppp(
+            after: str | None = Query(None, description="subscriber identity (hex) to page after"),
+            limit: int = Query(100, ge=1, le=1000),
+        ) -> dict[str, Any]:
+            """The PPPP door: channels (sequence, subscribers, backlog) and subscribers."""
+            if self.pppp is None:
+                raise HTTPException(409, "the PPPP door is off (ZBUS_PPPP_PORT unset)")
+            try:
+                return pppp_status(self.pppp, after, limit)
+            except ValueError as exc:
+                raise HTTPException(422, str(exc)) from None
 
         @app.post("/api/v1/archive/flush", dependencies=[TokenRequired], tags=["archive"])
         async def archive_flush() -> dict[str, Any]:

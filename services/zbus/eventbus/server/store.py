@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import struct
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -176,6 +177,8 @@ class SqliteEventLog:
         self._merge_pos = 0
         self._merge_hi = 0
         self._retention_hold: int | None = None
+        self._holds: dict[str, int | None] = {}
+        self._holds_lock = threading.Lock()
 
     def last_sequence(self) -> int:
         return self._last
@@ -287,15 +290,20 @@ class SqliteEventLog:
     def reader(self) -> SqliteLogReader:
         return SqliteLogReader(self.path)
 
-    def hold_retention(self, through: int | None) -> None:
-        """Let retention delete no event above sequence ``through`` (None: no hold).
+    def hold_retention(self, through: int | None, holder: str = "archive") -> None:
+        """Let retention delete no event above sequence ``through`` for ``holder`` (None:
+        that holder holds nothing). Several holders may hold; the lowest hold wins.
 
         The event archive holds retention at its mark, so that no event leaves the log
-        before it is archived. Safe to call from any thread: one attribute is replaced,
-        and :meth:`apply_retention` reads it once per call (the mark only grows, so a
-        call that read the older value only keeps more).
+        before it is archived; the PPPP door at its oldest channel checkpoint, so that no
+        event a subscriber may still need is deleted. Safe to call from any thread: the
+        lowest hold is one attribute, replaced under a lock, and :meth:`apply_retention`
+        reads it once per call.
         """
-        self._retention_hold = through
+        with self._holds_lock:  # two holders may call at once (archive, PPPP door)
+            self._holds[holder] = through
+            values = [v for v in self._holds.values() if v is not None]
+            self._retention_hold = min(values) if values else None
 
     def apply_retention(
         self,

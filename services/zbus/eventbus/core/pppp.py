@@ -1,0 +1,539 @@
+"""The event bus's PPPP door (seed 003, ADR 0006), sans-I/O.
+
+The wiring (:mod:`zbus.eventbus.server.pppp_door`) feeds :meth:`PpppCore.receive` every
+message the ROUTER on port 5560 reads, with its identity; feeds :meth:`PpppCore.add_events`
+every event the bus committed, in global sequence order; calls :meth:`PpppCore.tick` for
+the timers and :meth:`PpppCore.pump` to send, with a ``send`` that reports whether
+ZeroMQ took the message; and stores what :meth:`PpppCore.take_changes` hands out. The
+core reads no clock and no socket: ``now`` is monotonic seconds. Messages older than the
+cache are read through an :class:`EventSource`, the log behind an interface.
+
+What the core keeps is positions, not messages (``docs/protocols/pppp.md``, "The door as
+served", has the memory bound): per channel its numbering
+(:mod:`~zbus.eventbus.core.pppp_channels`), per subscriber and channel ``acked``, ``next``
+and the ranges to resend (:mod:`~zbus.eventbus.core.pppp_subscribers`), and one cache of
+recent events shared by all (:mod:`~zbus.eventbus.core.pppp_cache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.pppp import (
+    AckNack,
+    Custom,
+    Heartbeat,
+    Subscribe,
+    decode_from_subscriber,
+    encode,
+)
+from zbus.common.protocols.pppp_event import (
+    EventPayload,
+    SyncEnd,
+    encode_event,
+    encode_sync_end,
+)
+from zbus.common.rejects import reject_reason
+from zbus.eventbus.core.pppp_cache import EventCache, Payload, ReadBuffer, payload_bytes
+from zbus.eventbus.core.pppp_channels import Channel, ChannelIndex
+from zbus.eventbus.core.pppp_subscribers import Conversation, Subscriber, Sync, Times
+from zbus.eventbus.core.pppp_types import (
+    COMMANDS,
+    MAX_CHANNEL_BYTES,
+    REASONS,
+    SENT,
+    Changes,
+    EventSource,
+    Limits,
+    MiB,
+    Send,
+)
+
+PUMP_BUDGET = 256  # messages sent to one subscriber before the next one gets a turn
+READ_PAGE = 256  # messages read from the log at once for a backlog
+SYNC_PAGE = 256  # SYNC items read from the log at once
+HEARTBEAT = encode(Heartbeat())
+ZERO = (0).to_bytes(8, "big")
+
+
+class PpppCore:
+    """Channels, subscribers, their positions and timers."""
+
+    def __init__(self, times: Times, limits: Limits, source: EventSource) -> None:
+        self.times = times
+        self.limits = limits
+        self.source = source
+        self.channels = ChannelIndex()
+        self.subscribers: dict[bytes, Subscriber] = {}
+        self.cache = EventCache(limits.cache_bytes)
+        self.reads = ReadBuffer(max(MiB, limits.cache_bytes // 8))
+        self.taken = 0  # the global sequence up to which events were taken in
+        self.ready: set[bytes] = set()  # live subscribers that may have something to send
+        self.received = dict.fromkeys(COMMANDS, 0)
+        self.malformed = dict.fromkeys(REASONS, 0)
+        self.sent = dict.fromkeys(SENT, 0)
+        self.nacks = 0  # messages NACKed
+        self.first_idle_resends = 0
+        self.disconnects = 0
+        self.grace_expiries = 0
+        self.unavailable = 0  # messages the log no longer had (never, with the hold)
+        self.refusals: list[tuple[bytes, str, str]] = []  # for the wiring to log
+        self.customs: list[tuple[bytes, tuple[bytes, ...]]] = []  # to publish as events
+        self._positions: dict[tuple[bytes, str], int | None] = {}
+        self._checkpoints: dict[str, tuple[int, int] | None] = {}
+        self._moved: set[str] = set()
+        self._deadline: float | None = None
+
+    # ------------------------------------------------------------------ restart
+    def load(
+        self,
+        taken: int,
+        channels: Iterable[tuple[str, int, int]],
+        positions: Iterable[tuple[bytes, str, int]],
+        now: float,
+    ) -> None:
+        """Take back what was stored: channels at their checkpoints, and subscribers,
+        not connected, each conversation kept for the grace period from ``now``."""
+        self.taken = taken
+        for name, cseq, seq in channels:
+            self.channels.add(name, (cseq, seq))
+        for identity, name, acked in positions:
+            channel = self.channels.get(name)
+            if channel is None or acked < channel.checkpoint[0]:
+                self._positions[(identity, name)] = None
+                continue
+            sub = self.subscribers.get(identity)
+            if sub is None:
+                sub = self.subscribers[identity] = Subscriber(
+                    identity, now, now, now, now, live=False
+                )
+            sub.conversations[name] = Conversation(
+                channel, acked, acked + 1, live=False, grace_until=now + self.times.grace
+            )
+            channel.subscribers.add(identity)
+        for name, channel in list(self.channels.channels.items()):
+            if not channel.subscribers:
+                self._drop_channel(name)
+        self._deadline = now
+
+    # ------------------------------------------------------------------ inbound
+    def receive(self, identity: bytes, frames: list[bytes], now: float) -> None:
+        """One message from a subscriber."""
+        sub = self.subscribers.get(identity)
+        try:
+            cmd = decode_from_subscriber(frames)
+        except ProtocolError as exc:
+            self.received["malformed"] += 1
+            if sub is not None and sub.live:
+                sub.heard(now)  # any traffic is a sign of life
+            self._refuse(identity, reject_reason(exc), str(exc))
+            return
+        if type(cmd) is Subscribe:
+            self.received["SUBSCRIBE"] += 1
+            if len(frames[0]) - 1 > MAX_CHANNEL_BYTES:
+                self._refuse(
+                    identity,
+                    "channel_too_long",
+                    f"a channel has {MAX_CHANNEL_BYTES} bytes at most, got {len(frames[0]) - 1}",
+                )
+                return
+            self._subscribe(identity, cmd.channel, now)
+            return
+        if type(cmd) is AckNack:
+            self.received["ACK/NACK"] += 1
+        elif type(cmd) is Heartbeat:
+            self.received["HEARTBEAT"] += 1
+        else:
+            self.received["CUSTOM"] += 1
+        if sub is None or not sub.live:
+            self._refuse(identity, "no_conversation", "not subscribed: SUBSCRIBE first")
+            return
+        sub.heard(now)
+        if type(cmd) is AckNack:
+            self._ack(sub, cmd, now)
+        elif type(cmd) is Custom:
+            self._custom(sub, cmd)
+
+    def _refuse(self, identity: bytes, reason: str, detail: str) -> None:
+        self.malformed[reason] += 1
+        if len(self.refusals) < 1000:
+            self.refusals.append((identity, reason, detail))
+
+    def _subscribe(self, identity: bytes, name: str, now: float) -> None:
+        sub = self.subscribers.get(identity)
+        if sub is None:
+            if len(self.subscribers) >= self.limits.max_subscribers:
+                self._refuse(
+                    identity,
+                    "too_many_subscribers",
+                    f"the door serves {self.limits.max_subscribers} subscribers at most",
+                )
+                return
+            sub = Subscriber(identity, now, now, now, now)
+            self.subscribers[identity] = sub
+        conv = sub.conversations.get(name)
+        if conv is None and len(sub.conversations) >= self.limits.max_channels:
+            self._refuse(
+                identity,
+                "too_many_channels",
+                f"a subscriber has {self.limits.max_channels} channels at most",
+            )
+            if not sub.conversations:
+                del self.subscribers[identity]
+            return
+        if not sub.live:
+            sub.live = True
+            sub.sent_at = sub.published_at = now
+            sub.beat = False
+        sub.heard(now)
+        sub.answered_at = now
+        if conv is None:
+            channel = self.channels.get(name)
+            if channel is None:
+                channel = self.channels.add(name, (0, self.taken))
+                self._checkpoints[name] = channel.checkpoint
+            conv = Conversation(channel, channel.head, channel.head + 1)
+            conv.sync = Sync(channel.head, channel.through)
+            channel.subscribers.add(identity)
+            sub.conversations[name] = conv
+        elif conv.sync is not None:
+            # A SUBSCRIBE while a SYNC is not ACKed: the SYNC again, at today's head.
+            channel = conv.channel
+            conv.acked = channel.head
+            conv.sync = Sync(channel.head, channel.through)
+            conv.restart()
+            self._moved.add(name)
+        else:
+            conv.restart()  # a subscriber the door knows: its backlog from acked + 1
+        self.ready.add(identity)
+        self._deadline = now
+
+    def _ack(self, sub: Subscriber, cmd: AckNack, now: float) -> None:
+        conv = sub.conversations.get(cmd.channel)
+        if conv is None or not conv.live:
+            self._refuse(sub.identity, "not_subscribed", f"no subscription to {cmd.channel!r}")
+            return
+        sub.answered_at = now
+        if len(cmd.missing) > self.limits.window:
+            self._refuse(
+                sub.identity,
+                "too_many_ranges",
+                f"{len(cmd.missing)} NACK ranges: at most {self.limits.window} (the window)",
+            )
+            return
+        if cmd.highest > conv.sent:
+            self._refuse(
+                sub.identity,
+                "ack_above_sent",
+                f"ACK of {cmd.highest} on {cmd.channel!r}: only up to {conv.sent} was sent",
+            )
+            return
+        sync = conv.sync
+        if sync is not None:
+            if not sync.ended or cmd.highest < sync.head:
+                return  # the SYNC is not complete on the subscriber's side yet
+            sync.acked = True
+            conv.sync = None
+            self._positions[(sub.identity, cmd.channel)] = conv.acked
+        moved, nacked = conv.apply_ack(cmd.highest, cmd.missing)
+        if nacked:
+            self.nacks += nacked
+        if moved:
+            self._positions[(sub.identity, cmd.channel)] = conv.acked
+            self._moved.add(cmd.channel)
+        if moved or nacked:
+            self.ready.add(sub.identity)
+
+    def _custom(self, sub: Subscriber, cmd: Custom) -> None:
+        size = sum(map(len, cmd.payload)) + 5 * len(cmd.payload) + 5  # as msgpack
+        if size > self.limits.max_custom_bytes:
+            self._refuse(
+                sub.identity,
+                "custom_too_large",
+                f"CUSTOM of {size} bytes: an event holds {self.limits.max_custom_bytes} at most",
+            )
+            return
+        self.customs.append((sub.identity, cmd.payload))
+
+    # ------------------------------------------------------------------ events
+    def add_events(self, first_seq: int, rows: Iterable[Sequence[Any]]) -> None:
+        """Events the bus committed, ``[topic, producer, timestamp, uuid, data]`` from
+        global sequence ``first_seq`` on (the stream's batches)."""
+        self.add_sequenced(enumerate(rows, first_seq))
+
+    def add_sequenced(self, events: Iterable[tuple[int, Sequence[Any]]]) -> None:
+        """Events as ``(global seq, [topic, producer, timestamp, uuid, data])`` in
+        sequence order (the log's, which skips those of no channel); those up to
+        :attr:`taken` are skipped."""
+        touched: dict[str, Channel] = {}
+        matching, cache = self.channels.matching, self.cache
+        for seq, row in events:
+            if seq <= self.taken:
+                continue
+            self.taken = seq
+            topic = row[0]
+            numbered = [c for c in matching(topic) if c.number(seq) is not None]
+            if not numbered:
+                continue
+            event = EventPayload(topic, row[3], row[2], row[1], row[4], seq)
+            cache.add(seq, encode_event("", 0, event).payload)
+            for channel in numbered:
+                touched[channel.name] = channel
+        if touched:
+            oldest = cache.oldest
+            for channel in touched.values():
+                channel.trim_recent(oldest)
+                self.ready.update(channel.subscribers)
+
+    def advance(self, through: int) -> None:
+        """No event up to global ``through`` concerns any channel (none was there)."""
+        self.taken = max(self.taken, through)
+
+    # ------------------------------------------------------------------ sending
+    def pump(self, now: float, send: Send) -> None:
+        """Send what the ready subscribers can take: SYNCs, resends, new messages."""
+        subscribers = self.subscribers
+        for identity in list(self.ready):
+            sub = subscribers.get(identity)
+            if sub is None or not sub.live:
+                self.ready.discard(identity)
+                continue
+            if self._pump_one(sub, now, send):
+                self.ready.discard(identity)
+
+    @property
+    def has_work(self) -> bool:
+        """Some ready subscriber was not stopped by a full queue."""
+        subscribers = self.subscribers
+        return any(
+            (s := subscribers.get(i)) is not None and not s.blocked for i in list(self.ready)
+        )
+
+    def _pump_one(self, sub: Subscriber, now: float, send: Send) -> bool:
+        """True when everything that can go to ``sub`` now went."""
+        budget = PUMP_BUDGET
+        for conv in list(sub.conversations.values()):
+            if not conv.live:
+                continue
+            budget = self._pump_conversation(sub, conv, now, send, budget)
+            if budget < 0:
+                sub.blocked = True
+                return False
+            if budget == 0:
+                sub.blocked = False
+                return False
+        sub.blocked = False
+        return True
+
+    def _pump_conversation(
+        self, sub: Subscriber, conv: Conversation, now: float, send: Send, budget: int
+    ) -> int:
+        """Send to one conversation; returns the budget left, or -1 when the queue is full."""
+        channel, identity = conv.channel, sub.identity
+        raw = channel.raw
+        sync = conv.sync
+        if sync is not None and not sync.ended:
+            budget = self._pump_sync(sub, conv, sync, now, send, budget)
+            if budget <= 0:
+                return budget
+        while conv.resend and budget > 0:
+            first, last = conv.resend[0]
+            payload = self._message(channel, first)
+            if payload is not None:
+                if not send(identity, [raw, first.to_bytes(8, "big"), *payload]):
+                    return -1
+                self.sent["resend"] += 1
+                sub.sent(now, publish=True)
+                budget -= 1
+            else:
+                self.unavailable += 1
+            if first == last:
+                conv.resend.pop(0)
+            else:
+                conv.resend[0] = (first + 1, last)
+        window, peer_bytes = self.limits.window, self.limits.peer_bytes
+        while (
+            budget > 0
+            and conv.next <= channel.head
+            and conv.next - 1 - conv.acked < window
+            and conv.inflight_bytes < peer_bytes
+        ):
+            cseq = conv.next
+            payload = self._message(channel, cseq)
+            if payload is None:
+                self.unavailable += 1
+                conv.next += 1
+                continue
+            if not send(identity, [raw, cseq.to_bytes(8, "big"), *payload]):
+                return -1
+            conv.next += 1
+            conv.inflight_bytes += payload_bytes(payload)
+            self.sent["publish"] += 1
+            sub.sent(now, publish=True)
+            budget -= 1
+        return budget
+
+    def _pump_sync(
+        self, sub: Subscriber, conv: Conversation, sync: Sync, now: float, send: Send, budget: int
+    ) -> int:
+        channel, identity = conv.channel, sub.identity
+        raw = channel.raw
+        while not sync.pages_done and budget > 0:
+            items, cursor = self.source.sync_page(
+                channel.name, sync.cursor, sync.seq, min(budget, SYNC_PAGE)
+            )
+            budget -= 1 if not items else 0
+            for payload in items:
+                if not send(identity, [raw, ZERO, *payload]):
+                    return -1
+                sync.items += 1
+                sync.cursor = payload[0].decode("utf-8")
+                self.sent["sync"] += 1
+                sub.sent(now, publish=True)
+                budget -= 1
+            if cursor is None:
+                sync.pages_done = True
+            else:
+                sync.cursor = cursor
+        if not sync.pages_done:
+            return budget
+        end = encode(encode_sync_end(channel.name, SyncEnd(sync.head, sync.items)))
+        if not send(identity, end):
+            return -1
+        sync.ended = True
+        self.sent["sync"] += 1
+        sub.sent(now, publish=True)
+        return budget - 1
+
+    def _message(self, channel: Channel, cseq: int) -> Payload | None:
+        """The payload of message ``cseq`` of ``channel``: from the cache, or read."""
+        if cseq <= channel.checkpoint[0] or cseq > channel.head:
+            return None
+        seq = channel.lookup(cseq)
+        if seq is not None:
+            payload = self.cache.get(seq)
+            if payload is not None:
+                return payload
+        payload = self.reads.get(channel.uid, cseq)
+        if payload is not None:
+            return payload
+        after, skip = channel.locate(cseq)
+        count = min(READ_PAGE, channel.head - cseq + 1)
+        got = self.source.read(channel.name, after, skip, count)
+        for i, (_, item) in enumerate(got):
+            self.reads.add(channel.uid, cseq + i, item)
+        return got[0][1] if got else None
+
+    # ------------------------------------------------------------------ timers
+    def tick(self, now: float, send: Send) -> None:
+        """Heartbeats, first-idle resends, disconnects and grace expiries due by ``now``."""
+        times = self.times
+        due: list[float] = []
+        for identity, sub in list(self.subscribers.items()):
+            if sub.live:
+                if now >= sub.dead_at(times):
+                    self._disconnect(sub, now)
+                else:
+                    resend_at = sub.resend_due(times)
+                    if resend_at is not None and now >= resend_at:
+                        self._resend_last(sub, now)
+                        resend_at = now + times.silent_resend
+                    if now >= sub.heartbeat_due(times) and send(identity, HEARTBEAT):
+                        self.sent["heartbeat"] += 1
+                        sub.sent(now, publish=False)
+                    due.append(min(sub.heartbeat_due(times), sub.dead_at(times)))
+                    if resend_at is not None:
+                        due.append(resend_at)
+            for name, conv in list(sub.conversations.items()):
+                if conv.grace_until is not None and now >= conv.grace_until:
+                    self._drop_conversation(sub, name)
+                    self.grace_expiries += 1
+            if not sub.conversations and not sub.live:
+                del self.subscribers[identity]
+                continue
+            ends = sub.grace_ends()
+            if ends is not None:
+                due.append(ends)
+        self._deadline = min(due) if due else None
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` has something to do next (None: nothing until a message)."""
+        return self._deadline
+
+    def _resend_last(self, sub: Subscriber, now: float) -> None:
+        """The first-idle rule: the last message sent, again (its ACK tells the rest)."""
+        for conv in sub.conversations.values():
+            if not conv.live or not conv.owes_ack:
+                continue
+            if conv.sync is not None and conv.acked >= conv.sent:
+                conv.sync.ended = False  # the SYNC's end marker is what was sent last
+                conv.sync.pages_done = True
+            else:
+                conv.add_resend([(conv.sent, conv.sent)])
+            self.first_idle_resends += 1
+        sub.published_at = now  # not again before another misses x first idle
+        self.ready.add(sub.identity)
+
+    def _disconnect(self, sub: Subscriber, now: float) -> None:
+        sub.live = False
+        sub.blocked = False
+        self.disconnects += 1
+        self.ready.discard(sub.identity)
+        for conv in sub.conversations.values():
+            if conv.live:
+                conv.live = False
+                conv.grace_until = now + self.times.grace
+
+    def _drop_conversation(self, sub: Subscriber, name: str) -> None:
+        conv = sub.conversations.pop(name)
+        channel = conv.channel
+        channel.subscribers.discard(sub.identity)
+        self._positions[(sub.identity, name)] = None
+        if not channel.subscribers:
+            self._drop_channel(name)
+        else:
+            self._moved.add(name)
+
+    def _drop_channel(self, name: str) -> None:
+        self.channels.remove(name)
+        self._checkpoints[name] = None
+        self._moved.discard(name)
+
+    # ------------------------------------------------------------------ storing
+    def take_changes(self) -> Changes:
+        """Positions and checkpoints to store since the last call. A checkpoint moves
+        only to where every conversation of its channel has ACKed."""
+        for name in self._moved:
+            channel = self.channels.get(name)
+            if channel is None:
+                continue
+            lowest = min(
+                (self.subscribers[i].conversations[name].acked for i in channel.subscribers),
+                default=channel.head,
+            )
+            if channel.move_checkpoint(lowest):
+                self._checkpoints[name] = channel.checkpoint
+        self._moved.clear()
+        changes = Changes(self._positions, self._checkpoints)
+        self._positions, self._checkpoints = {}, {}
+        return changes
+
+    def restore(self, changes: Changes) -> None:
+        """Changes that could not be stored: kept for the next try (newer ones win)."""
+        self._positions = {**changes.positions, **self._positions}
+        self._checkpoints = {**changes.checkpoints, **self._checkpoints}
+
+    def backlog(self, channel: Channel) -> int:
+        """Messages of ``channel`` some subscriber has not ACKed yet, at most."""
+        lowest = channel.head
+        for identity in list(channel.subscribers):
+            sub = self.subscribers.get(identity)
+            conv = sub.conversations.get(channel.name) if sub is not None else None
+            if conv is not None:
+                lowest = min(lowest, conv.acked)
+        return channel.head - lowest
+
+
+__all__ = ["COMMANDS", "REASONS", "SENT", "Changes", "EventSource", "Limits", "PpppCore", "Send"]

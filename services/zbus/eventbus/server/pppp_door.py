@@ -1,0 +1,402 @@
+"""The PPPP door (seed 003) on port 5560: a thread of its own with a blocking poller.
+
+Sockets and files (ADR 0006):
+
+- a ROUTER on ``ZBUS_PPPP_PORT`` (CURVE with the bus's keys and its ZAP allow-list when
+  configured; ``ROUTER_HANDOVER``, so that a returning subscriber takes its identity
+  over), where subscribers talk to :class:`~zbus.eventbus.core.pppp.PpppCore`;
+- a SUB on the stream's inproc endpoint: every event the bus committed, from any door,
+  after the group commit. A gap in the stream's global sequence (or a bus restart) is
+  repaired by reading the log from where the door stands;
+- a DEALER on the collector's inproc endpoint: a CUSTOM is published as an event, as any
+  zbus publisher publishes (``ZB-PUB`` with a confirm);
+- a reader of the log, for messages older than the cache, SYNCs and catching up;
+- ``pppp.sqlite`` beside the log: checkpoints and ACK positions, in small group commits
+  (:class:`~zbus.eventbus.server.pppp_store.PositionStore`).
+
+What one subscriber can make the bus hold is bounded: ZeroMQ's queue towards it is
+``ZBUS_PPPP_PEER_BYTES`` divided by the largest message (a message the queue cannot take
+now stays a position and is sent later; nothing is dropped), and what it sends is read
+up to the same bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+from zbus.common.clock import Clock
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES, RECORD_OVERHEAD
+from zbus.common.protocols.pppp_event import EventPayload, encode_event
+from zbus.common.rejects import LogLimiter
+from zbus.common.threads import SocketThread
+from zbus.common.wire import recv_frames, send_frames
+from zbus.eventbus.core.flow import hwm_for
+from zbus.eventbus.core.pppp import Limits, PpppCore
+from zbus.eventbus.core.pppp_cache import Payload
+from zbus.eventbus.core.pppp_subscribers import Times, identity_text
+from zbus.eventbus.server.config import EventBusSettings
+from zbus.eventbus.server.pppp_store import PositionStore
+from zbus.eventbus.server.store import Event, SqliteLogReader, StoreError
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 100  # how often the thread looks at its stop flag when idle
+RETRY_MS = 1  # while a subscriber's queue is full, how soon the door tries again
+READS_PER_WAKE = 1000  # messages taken from one socket before the others get a turn
+CATCH_UP_PAGE = 2000  # events read from the log at once to catch up
+CATCH_UP_BYTES = 8 * 1024 * 1024
+PERSIST_EVERY = 0.05  # seconds between group commits of positions
+MAX_CUSTOMS_IN_FLIGHT = 1000  # ZB-PUB batches of CUSTOMs sent and not answered
+CUSTOM_TOPIC = "/zbus/pppp/custom/"
+
+
+def payload_of(event: Event) -> Payload:
+    """The PUBLISH payload frames of a logged event."""
+    return encode_event(
+        "",
+        0,
+        EventPayload(event.topic, event.uuid, event.ts, event.producer, event.data, event.seq),
+    ).payload
+
+
+class LogSource:
+    """The log behind :class:`~zbus.eventbus.core.pppp.EventSource`."""
+
+    def __init__(self, reader: SqliteLogReader, max_bytes: int) -> None:
+        self.reader = reader
+        self.max_bytes = max_bytes
+        self.failures = 0
+
+    def read(
+        self, channel: str, after_seq: int, skip: int, count: int
+    ) -> list[tuple[int, Payload]]:
+        try:
+            events = self.reader.replay((channel,), after_seq, skip + count)
+        except StoreError as exc:
+            self._failed(exc)
+            return []
+        return [(e.seq, payload_of(e)) for e in events[skip:]]
+
+    def sync_page(
+        self, channel: str, after: str | None, through: int, limit: int
+    ) -> tuple[list[Payload], str | None]:
+        try:
+            page = self.reader.snapshot_page((channel,), 0, after, limit, self.max_bytes)
+        except StoreError as exc:
+            self._failed(exc)
+            return [], after
+        return [payload_of(e) for e in page.events if e.seq <= through], page.next
+
+    def _failed(self, exc: StoreError) -> None:
+        self.failures += 1
+        log.error("pppp door: log read failed", extra={"error": str(exc)})
+
+
+def _stamp(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _uuid4() -> str:
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class PpppDoor(SocketThread):
+    """Serves PPPP on one ROUTER over the bus's events."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context[Any],
+        settings: EventBusSettings,
+        clock: Clock,
+        *,
+        log_path: Path,
+        collector: str,
+        stream: str,
+        secure: Callable[[zmq.Socket[Any]], None],
+        hold: Callable[[int | None], None],
+    ) -> None:
+        super().__init__("eventbus-pppp")
+        s = settings
+        self.ctx = ctx
+        self.settings = settings
+        self.clock = clock
+        self.log_path = log_path
+        self.collector_endpoint = collector
+        self.stream_endpoint = stream
+        self.secure = secure
+        self.hold = hold
+        self.times = Times(s.pppp_first_idle, s.pppp_idle, s.pppp_misses, s.pppp_grace)
+        self.limits = Limits(
+            window=s.pppp_window,
+            peer_bytes=s.pppp_peer_bytes,
+            cache_bytes=s.pppp_cache_bytes,
+            max_channels=s.pppp_max_channels,
+            max_subscribers=s.pppp_max_subscribers,
+            max_custom_bytes=s.max_event_bytes,
+        )
+        self.tick_every = max(0.001, min(0.05, s.pppp_first_idle / 4))
+        self.endpoint = ""
+        self.behind = True  # the log may hold events the door has not taken in
+        self.stream_gaps = 0
+        self.blocked_sends = 0
+        self.unreachable = 0
+        self.customs_published = 0
+        self.customs_failed = 0
+        self._customs_in_flight = 0
+        self._limiter = LogLimiter()
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._held: int | None = 0
+        self._next_tick = 0.0
+        self._next_persist = 0.0
+
+    # ------------------------------------------------------------------ sockets
+    def open(self) -> None:
+        s = self.settings
+        self.positions = PositionStore(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
+        self.reader = SqliteLogReader(self.log_path)
+        self.source = LogSource(self.reader, CATCH_UP_BYTES)
+        self.core = PpppCore(self.times, self.limits, self.source)
+        channels = self.positions.channels()
+        now = self.clock.monotonic()
+        taken = min((seq for _, _, seq in channels), default=0)
+        self.core.load(taken, channels, self.positions.positions(), now)
+        self._persist(now)  # what load dropped, and the hold from the checkpoints
+        largest_out = s.max_event_bytes + RECORD_OVERHEAD + 8 * 1024
+        largest_in = max(s.max_event_bytes + 64 * 1024, 16 * s.pppp_window + 8 * 1024)
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.collector = self.ctx.socket(zmq.DEALER)
+        self.stream = self.ctx.socket(zmq.SUB)
+        self._sockets = [self.router, self.collector, self.stream]
+        for sock in self._sockets:
+            sock.linger = 0
+        self.secure(self.router)
+        self.router.sndhwm = max(1, hwm_for(s.pppp_peer_bytes, largest_out))
+        self.router.rcvhwm = max(1, hwm_for(s.pppp_peer_bytes, largest_in))
+        self.router.maxmsgsize = largest_in
+        self.router.router_mandatory = True  # a full or gone peer raises: nothing lost
+        self.router.router_handover = True  # a returning subscriber takes its identity over
+        self.router.bind(f"tcp://{s.host}:{s.pppp_port or 0}")
+        self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.collector.sndhwm = MAX_CUSTOMS_IN_FLIGHT
+        self.collector.connect(self.collector_endpoint)
+        self.stream.rcvhwm = 1
+        self.stream.setsockopt(zmq.SUBSCRIBE, b"")
+        self.stream.connect(self.stream_endpoint)
+
+    def close(self) -> None:
+        for sock in getattr(self, "_sockets", []):
+            sock.close(linger=0)
+        for name in ("reader", "positions"):
+            thing = getattr(self, name, None)
+            if thing is not None:
+                thing.close()
+
+    # --------------------------------------------------------------------- loop
+    def loop(self) -> None:
+        poller = zmq.Poller()
+        for sock in self._sockets:
+            poller.register(sock, zmq.POLLIN)
+        clock, core = self.clock, self.core
+        while not self.halted:
+            for sock, _ in poller.poll(self._timeout_ms(clock.monotonic())):
+                if sock is self.router:
+                    self._read_subscribers()
+                elif sock is self.stream:
+                    self._read_stream()
+                else:
+                    self._read_confirms()
+            if self.behind:
+                self._catch_up()
+            now = clock.monotonic()
+            if now >= self._next_tick:
+                deadline = core.next_deadline()
+                if deadline is None or now >= deadline:
+                    core.tick(now, self._send)
+                self._next_tick = now + self.tick_every
+            core.pump(now, self._send)
+            if core.customs:
+                self._publish_customs()
+            if now >= self._next_persist:
+                self._persist(now)
+            self._log_refusals()
+        self._persist(clock.monotonic())
+
+    def _timeout_ms(self, now: float) -> int:
+        core = self.core
+        if self.behind or core.has_work:
+            return 0
+        longest = RETRY_MS if core.ready else POLL_MS
+        deadline = core.next_deadline()
+        if deadline is not None:
+            longest = min(longest, max(0, int((max(deadline, self._next_tick) - now) * 1000) + 1))
+        return longest
+
+    def _send(self, identity: bytes, frames: list[bytes]) -> bool:
+        try:
+            send_frames(self.router, [identity, *frames], block=False)
+        except zmq.Again:
+            self.blocked_sends += 1
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            self.unreachable += 1  # gone: its silence will disconnect it
+            return False
+        return True
+
+    def _read_subscribers(self) -> None:
+        router, receive, clock = self.router, self.core.receive, self.clock
+        for _ in range(READS_PER_WAKE):
+            try:
+                frames = recv_frames(router)
+            except zmq.Again:
+                return
+            receive(frames[0], frames[1:], clock.monotonic())
+
+    # ------------------------------------------------------------------ events
+    def _read_stream(self) -> None:
+        core = self.core
+        for _ in range(READS_PER_WAKE):
+            try:
+                frames = self.stream.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                got = ext.decode_stream_fast(frames)
+            except ProtocolError as exc:
+                log.error("pppp door: unreadable stream batch", extra={"error": str(exc)})
+                continue
+            if self.behind:
+                continue  # the log read takes these in
+            if isinstance(got, int):  # a heartbeat: the log's last sequence
+                if got > core.taken:
+                    self._gap()
+                continue
+            first, rows = got
+            if first > core.taken + 1:
+                self._gap()
+                continue
+            core.add_events(first, rows)
+
+    def _gap(self) -> None:
+        if not self.core.channels:
+            self.behind = True  # nothing to number: one read of the log's end
+            return
+        self.stream_gaps += 1
+        self.behind = True
+
+    def _catch_up(self) -> None:
+        """One page of the log above what the door took in (after a restart or a gap)."""
+        core = self.core
+        names = tuple(core.channels.channels)
+        try:
+            if not names:
+                page = self.reader.log_page((), core.taken, 1)
+                core.advance(page.sequence)
+                self.behind = False
+                return
+            page = self.reader.log_page(names, core.taken, CATCH_UP_PAGE, CATCH_UP_BYTES)
+        except StoreError as exc:
+            log.error("pppp door: catching up from the log failed", extra={"error": str(exc)})
+            return
+        core.add_sequenced(
+            (e.seq, (e.topic, e.producer, e.ts, e.uuid, e.data)) for e in page.events
+        )
+        if page.next is None:
+            core.advance(page.sequence)
+            self.behind = False
+
+    # ------------------------------------------------------------------ customs
+    def _publish_customs(self) -> None:
+        customs, self.core.customs = self.core.customs, []
+        stamp = _stamp(self.clock.time())
+        rows: list[list[Any]] = []
+        for identity, payload in customs:
+            if self._customs_in_flight + len(rows) >= MAX_CUSTOMS_IN_FLIGHT:
+                self.customs_failed += 1
+                continue
+            name = identity_text(identity)
+            producer = ("pppp:" + name).encode()[:MAX_PRODUCER_BYTES].decode("utf-8", "ignore")
+            data = self._pack(list(payload))
+            rows.append([CUSTOM_TOPIC + name, producer, stamp, _uuid4(), data])
+        if not rows:
+            return
+        for start in range(0, len(rows), self.settings.max_batch_events):
+            chunk = rows[start : start + self.settings.max_batch_events]
+            try:
+                frames = [ext.PUB_BATCH, b"\x01", self._pack(chunk)]
+                send_frames(self.collector, frames, block=False)
+            except zmq.Again:
+                self.customs_failed += len(chunk)
+                continue
+            self._customs_in_flight += 1
+
+    def _read_confirms(self) -> None:
+        while True:
+            try:
+                frames = self.collector.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._customs_in_flight = max(0, self._customs_in_flight - 1)
+            try:
+                reply = ext.decode_collector_reply(frames)
+            except ProtocolError as exc:
+                log.error("pppp door: unreadable collector reply", extra={"error": str(exc)})
+                continue
+            if isinstance(reply, ext.Confirm):
+                self.customs_published += len(reply.sequences)
+            else:
+                self.customs_failed += 1
+                log.warning("pppp door: a CUSTOM was not stored", extra={"error": reply.reason})
+
+    # ------------------------------------------------------------------ storing
+    def _persist(self, now: float) -> None:
+        self._next_persist = now + PERSIST_EVERY
+        changes = self.core.take_changes()
+        lowest = self.core.channels.lowest_checkpoint()
+        if changes:
+            if lowest is not None and (self._held is None or lowest < self._held):
+                self._set_hold(lowest)  # a new channel: hold before its checkpoint is stored
+            try:
+                self.positions.write(changes.positions, changes.checkpoints)
+            except StoreError as exc:
+                log.error("pppp door: storing positions failed", extra={"error": str(exc)})
+                self.core.restore(changes)
+                return
+        if lowest != self._held:
+            self._set_hold(lowest)
+
+    def _set_hold(self, through: int | None) -> None:
+        self._held = through
+        self.hold(through)
+
+    def _log_refusals(self) -> None:
+        refusals = self.core.refusals
+        if not refusals:
+            return
+        now = time.time()
+        for identity, reason, detail in refusals:
+            if self._limiter.allow(now):
+                log.warning(
+                    "pppp message dropped",
+                    extra={"peer": identity.hex(), "reason": reason, "error": detail},
+                )
+        refusals.clear()
+
+
+__all__ = ["LogSource", "PpppDoor", "payload_of"]
