@@ -9,7 +9,7 @@ import pytest
 
 from zbus.common.protocols import pppp
 from zbus.common.protocols.pppp_event import EventPayload, SyncEnd, encode_event, encode_sync_end
-from zbus.eventbus.core.pppp_channel import Message
+from zbus.eventbus.core.pppp_channel import PPPPMessage
 from zbus.eventbus.core.pppp_subscriber import (
     NOTHING,
     Actions,
@@ -120,13 +120,26 @@ def test_a_sync_missing_items_subscribes_again_and_the_next_one_counts_afresh() 
 def test_live_messages_at_or_below_the_sync_head_are_dropped() -> None:
     core = SubscriberCore(CH, FAST)
     core.start(0.0)
+    core.on_frames(item("/t/a"), 0.0)
     for seq in (9, 10, 12):
         core.on_frames(pub(seq), 0.0)
-    got = core.on_frames(end(10, 0), 0.0)
-    assert got.deliver == ()  # 11 is missing
+    got = core.on_frames(end(10, 1), 0.0)
+    assert [m.sync for m in got.deliver] == [True]  # 11 is missing
     assert core.duplicates == 2
     assert core.channel(CH).holes() == [(11, 11)]
-    assert sent(core.tick(0.0)) == [pppp.AckNack(CH, 12, ((11, 11),))]
+    nack = core.done(got.deliver[0], 0.0)  # caught up with the hole: NACK it
+    assert sent(nack) == [pppp.AckNack(CH, 12, ((11, 11),))]
+
+
+def test_a_subscriber_the_bus_knows_is_resumed_without_a_sync() -> None:
+    core = SubscriberCore(CH, FAST)  # no position of its own (no store)
+    core.start(0.0)
+    got = core.on_frames(pub(301), 0.1)  # the backlog, from the bus's ACK + 1
+    assert [m.sequence for m in got.deliver] == [301] and core.syncs == 0
+    assert core.channel(CH).position == 301
+    # The bus's position is far above this conversation's last ACK (none): at once.
+    assert sent(core.done(got.deliver[0], 0.1)) == [pppp.AckNack(CH, 301)]
+    assert core.on_frames(pub(300), 0.3) == NOTHING  # below: a duplicate
 
 
 def test_a_lost_sync_end_is_asked_for_again_with_backoff() -> None:
@@ -439,5 +452,5 @@ def test_the_wake_hint_is_never_later_than_the_deadline() -> None:
 
 def test_message_unpacks_msgpack_data() -> None:
     core = synced(0)
-    msg: Message = core.on_frames(pub(1, data=b"\x93\x01\x02\x03"), 1.0).deliver[0]
+    msg: PPPPMessage = core.on_frames(pub(1, data=b"\x93\x01\x02\x03"), 1.0).deliver[0]
     assert msg.unpack() == [1, 2, 3] and msg.bus_sequence == 1 and not msg.sync

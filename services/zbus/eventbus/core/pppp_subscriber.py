@@ -35,7 +35,11 @@ its positions):
   done them, ``h`` is ACKed. A count that does not match sends SUBSCRIBE again (a
   fresh SYNC). A SYNC that brings nothing new (``h`` at or below the position, say a
   position loaded from a store) is dropped as a duplicate. Live messages that arrive
-  before the end marker are held.
+  after items and before the end marker are held.
+- **Resumed** (a subscriber the bus knows, back within the grace period): no SYNC, its
+  backlog from the bus's ACK position. A subscriber that has no position of its own
+  (no store) takes the first message's sequence - 1 as its position: the bus sends a
+  SYNC before anything else to a subscriber it does not know.
 - **Heartbeats**: after ``first_idle`` of our silence the first, then every ``idle``.
 - **A silent bus** (nothing heard for ``misses x idle``): SUBSCRIBE again to every
   channel (the bus restarted, or forgot us). A channel waiting for its SYNC that hears
@@ -306,6 +310,11 @@ class SubscriberCore:
             st.owed_at = now
             self._wake_at(now + self.settings.first_idle)
         position = st.position
+        if position is None and not st.sync_items:
+            # A PUBLISH before any SYNC item: the bus knows this subscriber (a SYNC would
+            # come first) and resumes it from its ACK, just below this message.
+            position = st.position = seq - 1
+            st.done = max(st.done, position)
         if (position is not None and seq <= position) or seq in st.pending:
             self.duplicates += 1
             st.dup_owed = True
