@@ -58,6 +58,32 @@ from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.pppp_event import EventPayload, SyncEnd, decode_payload
 from zbus.eventbus.core.pppp_channel import ChannelState, PPPPMessage, make_message
 
+_RESERVED = frozenset(b"\x01\x02\x03\x04")
+
+
+def _fast_event(frames: list[bytes]) -> PPPPMessage | None:
+    """An event's PUBLISH read without the codecs' generality (the hot path), or None
+    for anything else: the codecs then read it, and say what is wrong if it is."""
+    if len(frames) != 8:
+        return None
+    channel, seq, topic, uuid, ts, producer, data, bus_seq = frames
+    if (
+        len(seq) != 8
+        or len(bus_seq) != 8
+        or len(uuid) != 36
+        or (channel and channel[0] in _RESERVED)
+    ):
+        return None
+    try:
+        sequence = int.from_bytes(seq, "big")
+        return make_message(
+            channel.decode(), sequence, topic.decode(), uuid.decode("ascii"), ts.decode(),
+            producer.decode(), data, int.from_bytes(bus_seq, "big"), False, sequence,
+        )  # fmt: skip
+    except UnicodeDecodeError:
+        return None
+
+
 __all__ = [
     "DEFAULTS",
     "NOTHING",
@@ -209,6 +235,21 @@ class SubscriberCore:
 
     def on_frames(self, frames: list[bytes], now: float) -> Actions:
         """What the bus sent: a PUBLISH or a HEARTBEAT (any traffic counts as one)."""
+        msg = _fast_event(frames)
+        if msg is None:
+            return self._on_frames_checked(frames, now)
+        self._heard_at = now
+        st = self._channels.get(msg[0])
+        if st is None:
+            self.unexpected += 1
+            return Actions(problem=f"a PUBLISH of channel {msg[0]!r}, not subscribed")
+        st.heard = True
+        if msg[1] == 0:
+            return self._sync_item(st, msg._replace(sync=True, position=0), now)
+        return self._publish(st, msg, now)
+
+    def _on_frames_checked(self, frames: list[bytes], now: float) -> Actions:
+        """The codecs' path: every check, and the error that says what is wrong."""
         try:
             cmd = pppp.decode_from_publisher(frames)
             self._heard_at = now
@@ -224,15 +265,19 @@ class SubscriberCore:
             self.unexpected += 1
             return Actions(problem=f"a PUBLISH of channel {cmd.channel!r}, not subscribed")
         st.heard = True
-        if cmd.sequence == 0:
-            if type(payload) is SyncEnd:
-                return self._sync_end(st, payload, now)
-            assert type(payload) is EventPayload
-            return self._sync_item(st, payload, now)
+        if cmd.sequence == 0 and type(payload) is SyncEnd:
+            return self._sync_end(st, payload, now)
         if type(payload) is not EventPayload:
             self.malformed += 1
             return Actions(problem=f"a SYNC end with sequence {cmd.sequence} dropped")
-        return self._publish(st, cmd.sequence, payload, now)
+        sync = cmd.sequence == 0
+        msg = make_message(
+            st.channel, cmd.sequence, payload.topic, payload.uuid, payload.timestamp,
+            payload.producer, payload.data, payload.bus_sequence, sync, cmd.sequence,
+        )  # fmt: skip
+        if sync:
+            return self._sync_item(st, msg, now)
+        return self._publish(st, msg, now)
 
     def done(self, message: PPPPMessage, now: float) -> Actions:
         """The application has finished with ``message``: it may be ACKed."""
@@ -303,7 +348,8 @@ class SubscriberCore:
         return out
 
     # ------------------------------------------------------------- the rules
-    def _publish(self, st: ChannelState, seq: int, ev: EventPayload, now: float) -> Actions:
+    def _publish(self, st: ChannelState, msg: PPPPMessage, now: float) -> Actions:
+        seq = msg[1]
         st.sent_max = max(st.sent_max, seq)
         st.received_max = max(st.received_max, seq)
         if st.owed_at is None:
@@ -319,10 +365,6 @@ class SubscriberCore:
             self.duplicates += 1
             st.dup_owed = True
             return NOTHING
-        msg = make_message(
-            st.channel, seq, ev.topic, ev.uuid, ev.timestamp, ev.producer, ev.data,
-            ev.bus_sequence, False, seq,
-        )  # fmt: skip
         size = msg.size
         if (
             self.held >= self.settings.max_held
@@ -377,12 +419,8 @@ class SubscriberCore:
             self._new_hole(st, now)
         return out
 
-    def _sync_item(self, st: ChannelState, ev: EventPayload, now: float) -> Actions:
+    def _sync_item(self, st: ChannelState, msg: PPPPMessage, now: float) -> Actions:
         st.sync_heard_at = now
-        msg = make_message(
-            st.channel, 0, ev.topic, ev.uuid, ev.timestamp, ev.producer, ev.data,
-            ev.bus_sequence, True, 0,
-        )  # fmt: skip
         st.sync_bytes += msg.size
         if st.sync_bytes > self.settings.max_sync_bytes:
             self.failure = (
@@ -472,7 +510,8 @@ class SubscriberCore:
             st.nack_at = now
             self.nacks += 1
         self.acks += 1
-        st.acked = max(st.acked, highest)
+        # What the bus takes as ACKed: up to the first hole (it resends the holes).
+        st.acked = max(st.acked, missing[0][0] - 1 if missing else highest)
         st.dup_owed = False
         everything = highest >= st.received_max and not st.pending
         st.owed_at = None if everything else now
