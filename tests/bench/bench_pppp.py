@@ -195,7 +195,13 @@ def main() -> bool:
     print("\n== PPPP subscribers beside the Event BUS live path; a subscriber that never ACKs")
     tmp = Path(tempfile.mkdtemp(prefix="zbus-bench-pppp-"))
     pppp_port = free_port()
-    bus = Bus(tmp / "bus", ZBUS_ARCHIVE="false", ZBUS_PPPP_PORT=str(pppp_port))
+    # Small events, so that every door's queue holds thousands of them (as bench_mc0).
+    bus = Bus(
+        tmp / "bus",
+        ZBUS_ARCHIVE="false",
+        ZBUS_PPPP_PORT=str(pppp_port),
+        ZBUS_MAX_EVENT_BYTES="4096",
+    )
     bus.start()
     pppp_ep = f"tcp://127.0.0.1:{pppp_port}"
     ok = True

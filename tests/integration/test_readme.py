@@ -38,7 +38,7 @@ def readme_example(name: str) -> str:
 def _port_map() -> dict[int, int]:
     bus = free_base_port()
     moved = {5556 + i: bus + i for i in range(4)}
-    for port in (5246, 47291, 47290, 8701, 8702, 8703, 8705):
+    for port in (5246, 5560, 47291, 47290, 8701, 8702, 8703, 8705):
         moved[port] = free_port()
     return moved
 
@@ -106,6 +106,10 @@ def test_the_readme_examples_run_against_the_local_cluster(cluster: dict[int, in
     assert "import zbus" in pubsub and "services" not in pubsub
     out = _run(_moved(pubsub, cluster)).splitlines()
     assert out and out[-1].endswith("/sensors/t1 {'celsius': 21.5}")
+
+    pppp = readme_example("pppp")
+    out = _run(_moved(pppp, cluster)).splitlines()
+    assert out and out[-1].endswith("/orders/42 {'total': 9.5}")
 
     jobs = readme_example("jobs")
     out = _run(_moved(jobs, cluster)).splitlines()
