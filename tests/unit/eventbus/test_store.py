@@ -497,3 +497,18 @@ def test_a_damaged_log_is_reported(path: Path) -> None:
         f.write(b"\xa5" * (path.stat().st_size - 4096))
     with pytest.raises(StoreError, match=r"events\.db"):
         SqliteEventLog(path)
+
+
+def test_several_holders_hold_retention_and_the_lowest_wins(tmp_path: Path) -> None:
+    log = SqliteEventLog(tmp_path / "events.db")
+    try:
+        log.append([ev("/h/a", 900 + i) for i in range(10)] + [ev("/h/b", 950)], 0.0)
+        log.hold_retention(8)  # the archive
+        log.hold_retention(3, holder="pppp")
+        assert log.apply_retention(now=1.0, max_age=None, max_events=1) == 3  # 1..3 only
+        log.hold_retention(None, holder="pppp")  # the door holds nothing now
+        assert log.apply_retention(now=1.0, max_age=None, max_events=1) == 5  # 4..8
+        log.hold_retention(None)
+        assert log.apply_retention(now=1.0, max_age=None, max_events=1) == 1  # 9 (10 latest)
+    finally:
+        log.close()

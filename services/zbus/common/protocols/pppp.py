@@ -13,9 +13,9 @@ HEARTBEAT  both        ``[0x03]``
 CUSTOM     subscriber  ``[0x04, payload...]``
 =========  ==========  ===============================================================
 
-SYNC has no frames of its own: the spec leaves it "application specific". zbus syncs a
-subscriber by replaying the channel's backlog as ordinary PUBLISH commands, so there is
-no SYNC command here.
+SYNC has no frames of its own: the spec leaves it "application specific". The event bus
+sends it as PUBLISH commands with sequence 0 (ADR 0006; the payloads are in
+:mod:`zbus.common.protocols.pppp_event`), so there is no SYNC command here.
 
 Where the spec is silent, zbus decides (see ``docs/protocols/pppp.md``):
 

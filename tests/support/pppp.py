@@ -1,0 +1,82 @@
+"""Helpers for PPPP tests: a raw subscriber (a DEALER speaking the codec) and metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+from typing import Any
+
+import zmq
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.waiting import UNIT
+from zbus.common.protocols import pppp
+from zbus.common.protocols.pppp_event import EventPayload, SyncEnd, decode_payload
+
+
+class RawSubscriber:
+    """A DEALER with a fixed identity that sends and reads PPPP frames, ACKing by hand."""
+
+    def __init__(self, ctx: zmq.Context[Any], endpoint: str, name: bytes) -> None:
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.linger = 0
+        self.sock.routing_id = name
+        self.sock.connect(endpoint)
+        self.name = name
+
+    def send(self, cmd: pppp.PPPPCommand | list[bytes]) -> None:
+        self.sock.send_multipart(cmd if isinstance(cmd, list) else pppp.encode(cmd))
+
+    def recv(self, timeout: float = 10.0) -> pppp.PublisherCommand:
+        if not self.sock.poll(int(timeout * UNIT * 1000)):
+            raise AssertionError(f"{self.name!r}: nothing within {timeout * UNIT:g} s")
+        return pppp.decode_from_publisher(self.sock.recv_multipart())
+
+    def publish(self, timeout: float = 10.0) -> tuple[pppp.Publish, EventPayload | SyncEnd]:
+        """The next PUBLISH (heartbeats skipped) and what it carries."""
+        while True:
+            cmd = self.recv(timeout)
+            if isinstance(cmd, pppp.Publish):
+                return cmd, decode_payload(cmd)
+
+    def sync(self, channel: str) -> tuple[list[EventPayload], SyncEnd]:
+        """SUBSCRIBE and read the SYNC up to its end; ACK it."""
+        self.send(pppp.Subscribe(channel))
+        items: list[EventPayload] = []
+        while True:
+            cmd, got = self.publish()
+            assert cmd.sequence == 0, cmd
+            if isinstance(got, SyncEnd):
+                assert got.items == len(items)
+                self.send(pppp.AckNack(channel, got.head))
+                return items, got
+            items.append(got)
+
+    def messages(self, n: int, channel: str, *, ack: bool = True) -> list[tuple[int, EventPayload]]:
+        """The next ``n`` PUBLISHes of ``channel`` as (sequence, event); ACKed as read."""
+        out = []
+        while len(out) < n:
+            cmd, got = self.publish()
+            assert isinstance(got, EventPayload), got
+            out.append((cmd.sequence, got))
+            if ack:
+                self.send(pppp.AckNack(channel, cmd.sequence))
+        return out
+
+    def quiet(self, timeout: float = 0.0) -> bool:
+        return not self.sock.poll(int(timeout * 1000))
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+def metrics(admin_url: str) -> dict[str, float]:
+    """Every zbus_pppp_* sample, as ``name{label=value}`` -> value."""
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10 * UNIT) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("zbus_pppp"):
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
