@@ -30,6 +30,7 @@ from zbus import (
     EventBusClient,
     PPPPSubscriber,
 )
+from zbus.common.security import generate_keys, load_keys
 from zbus.eventbus.server.pppp_admin import pppp_status
 from zbus.eventbus.server.service import EventBusService
 
@@ -334,3 +335,26 @@ async def test_the_asyncio_subscriber_takes_every_message_in_order(tmp_path: Pat
             assert sub.positions() == {"/a/": 1500, "/b/": 1500}
     assert got["/a/"] == list(zip(range(1, 1501), uuids[:1500], strict=True))
     assert got["/b/"] == list(zip(range(1, 1501), uuids[1500:], strict=True))
+
+
+async def test_the_subscriber_speaks_curve_to_a_bus_that_runs_it(tmp_path: Path) -> None:
+    keys, allowed = tmp_path / "keys", tmp_path / "allowed"
+    bus_public, bus_secret = generate_keys(keys, "eventbus")
+    listed_public, listed_secret = generate_keys(keys, "listed")
+    _, unlisted_secret = generate_keys(keys, "unlisted")
+    allowed.mkdir()
+    (allowed / listed_public.name).write_bytes(listed_public.read_bytes())
+    server = load_keys(bus_public).public
+    settings = {"curve_secret_key": bus_secret, "curve_allowed_clients": allowed}
+    async with running_bus(tmp_path / "bus", pppp_port=0, **settings, **BUS_TIMES) as bus:
+        endpoint = bus.endpoints["pppp"]
+        curve = (load_keys(listed_secret), server)
+        async with await AsyncPPPPSubscriber.open(endpoint, "/s/", curve=curve, **TIMES) as sub:
+            await until_synced(sub, bus, "/s/")
+        stranger = (load_keys(unlisted_secret), server)
+        async with await AsyncPPPPSubscriber.open(
+            endpoint, "/s/", name="stranger", curve=stranger, **TIMES
+        ) as sub:
+            assert await sub.next(timeout=1.0) is None
+            assert subscriber_state(bus, "stranger") is None  # the bus heard nothing
+            assert sub.resubscribes >= 1  # and the subscriber heard nothing back
