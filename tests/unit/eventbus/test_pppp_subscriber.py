@@ -134,12 +134,30 @@ def test_live_messages_at_or_below_the_sync_head_are_dropped() -> None:
 def test_a_subscriber_the_bus_knows_is_resumed_without_a_sync() -> None:
     core = SubscriberCore(CH, FAST)  # no position of its own (no store)
     core.start(0.0)
-    got = core.on_frames(pub(301), 0.1)  # the backlog, from the bus's ACK + 1
+    # The last message sent before the bus read the SUBSCRIBE, resent; then the backlog
+    # from the bus's ACK + 1. Held for first_idle, then the lowest one starts.
+    assert core.on_frames(pub(305), 0.1) == NOTHING
+    assert core.on_frames(pub(301), 0.12) == NOTHING
+    assert core.tick(0.19).deliver == ()
+    got = core.tick(0.2)
     assert [m.sequence for m in got.deliver] == [301] and core.syncs == 0
+    assert sent(got) == [pppp.AckNack(CH, 300)]  # where the bus had it: first idle passed
     assert core.channel(CH).position == 301
-    # The bus's position is far above this conversation's last ACK (none): at once.
-    assert sent(core.done(got.deliver[0], 0.1)) == [pppp.AckNack(CH, 301)]
-    assert core.on_frames(pub(300), 0.3) == NOTHING  # below: a duplicate
+    more = [core.on_frames(pub(n), 0.21).deliver for n in (302, 303, 304)]
+    assert [m.sequence for d in more for m in d] == [302, 303, 304, 305]
+    core.done(got.deliver[0], 0.3)
+    assert sent(core.tick(0.41)) == [pppp.AckNack(CH, 301)]
+    assert core.on_frames(pub(300), 0.5) == NOTHING  # below: a duplicate
+
+
+def test_a_sync_after_all_is_not_mistaken_for_a_resume() -> None:
+    core = SubscriberCore(CH, FAST)
+    core.start(0.0)
+    core.on_frames(pub(9), 0.01)  # in flight from an earlier conversation, say
+    core.on_frames(item("/t/a"), 0.02)
+    assert core.tick(0.15).deliver == ()  # past the time to take a position: a SYNC
+    got = core.on_frames(end(10, 1), 0.16)
+    assert [m.sync for m in got.deliver] == [True] and core.channel(CH).position == 10
 
 
 def test_a_lost_sync_end_is_asked_for_again_with_backoff() -> None:

@@ -94,6 +94,7 @@ class ChannelState:
 
     __slots__ = (
         "acked",
+        "adopt_at",
         "channel",
         "done",
         "dup_owed",
@@ -128,6 +129,7 @@ class ChannelState:
         self.subscribed_at = 0.0
         self.sync_heard_at = 0.0  # the SUBSCRIBE, or the latest SYNC item since
         self.retry_wait = 0.0  # how long an unanswered SUBSCRIBE waits before another
+        self.adopt_at: float | None = None  # resumed without a SYNC: take the position then
 
     def new_conversation(self, now: float, retry_wait: float) -> None:
         """A SUBSCRIBE went out: the bus counts what it sends (and what we may ACK) anew."""
@@ -140,6 +142,7 @@ class ChannelState:
         self.sync_items = []
         self.sync_bytes = 0
         self.heard = False
+        self.adopt_at = None
         self.subscribed_at = self.sync_heard_at = now
         self.retry_wait = retry_wait
 

@@ -38,8 +38,10 @@ its positions):
   after items and before the end marker are held.
 - **Resumed** (a subscriber the bus knows, back within the grace period): no SYNC, its
   backlog from the bus's ACK position. A subscriber that has no position of its own
-  (no store) takes the first message's sequence - 1 as its position: the bus sends a
-  SYNC before anything else to a subscriber it does not know.
+  (no store) holds what comes for ``first_idle`` and takes the lowest sequence - 1 as
+  its position: the bus sends a SYNC before anything else to a subscriber it does not
+  know, and the backlog from its ACK right after the SUBSCRIBE (a resend of the last
+  message sent, which may come first, is higher).
 - **Heartbeats**: after ``first_idle`` of our silence the first, then every ``idle``.
 - **A silent bus** (nothing heard for ``misses x idle``): SUBSCRIBE again to every
   channel (the bus restarted, or forgot us). A channel waiting for its SYNC that hears
@@ -322,7 +324,10 @@ class SubscriberCore:
             self._heard_at = now
             self.resubscribes += 1
             send.extend(self._subscribe(st, now) for st in self._channels.values())
+        deliver: list[PPPPMessage] = []
         for st in self._channels.values():
+            if st.adopt_at is not None and now >= st.adopt_at + s.first_idle:
+                deliver.extend(self._adopt(st, now))
             frames = self._channel_due(st, now)
             if frames is not None:
                 send.append(frames)
@@ -332,7 +337,18 @@ class SubscriberCore:
             self._heartbeat_next = True
             send.append(_HEARTBEAT)
         self.wake = self.deadline()
+        if deliver:
+            return Actions(send=tuple(send), deliver=tuple(deliver))
         return Actions(send=tuple(send)) if send else NOTHING
+
+    def _adopt(self, st: ChannelState, now: float) -> list[PPPPMessage]:
+        """Resumed without a SYNC: the position is just below the lowest message held."""
+        st.adopt_at = None
+        if st.position is not None or st.sync_items or not st.pending:
+            return []
+        st.position = min(st.pending) - 1
+        st.done = max(st.done, st.position)
+        return self._drain(st, now)
 
     def deadline(self) -> float:
         """When :meth:`tick` has something to do, at the latest."""
@@ -345,6 +361,8 @@ class SubscriberCore:
                 out = min(out, st.nack_at + s.first_idle)
             if st.position is None or not st.heard:
                 out = min(out, st.sync_heard_at + st.retry_wait)
+            if st.adopt_at is not None:
+                out = min(out, st.adopt_at + s.first_idle)
         return out
 
     # ------------------------------------------------------------- the rules
@@ -356,11 +374,13 @@ class SubscriberCore:
             st.owed_at = now
             self._wake_at(now + self.settings.first_idle)
         position = st.position
-        if position is None and not st.sync_items:
+        if position is None and not st.sync_items and st.adopt_at is None:
             # A PUBLISH before any SYNC item: the bus knows this subscriber (a SYNC would
-            # come first) and resumes it from its ACK, just below this message.
-            position = st.position = seq - 1
-            st.done = max(st.done, position)
+            # come first) and resumes it from its ACK. The lowest message of the first
+            # first_idle is the one after it (a resend of the last message sent before
+            # the SUBSCRIBE was read may come first).
+            st.adopt_at = st.sync_heard_at = now
+            self._wake_at(now + self.settings.first_idle)
         if (position is not None and seq <= position) or seq in st.pending:
             self.duplicates += 1
             st.dup_owed = True
@@ -421,6 +441,7 @@ class SubscriberCore:
 
     def _sync_item(self, st: ChannelState, msg: PPPPMessage, now: float) -> Actions:
         st.sync_heard_at = now
+        st.adopt_at = None  # a SYNC after all
         st.sync_bytes += msg.size
         if st.sync_bytes > self.settings.max_sync_bytes:
             self.failure = (
