@@ -16,6 +16,12 @@ Speak mc0 (MCollective's 0MQ connector protocol) to the bus's mc0 door::
         client.put("mcollective nodes", b"hello", {"X-REPLY-TO": "mcollective reply me"})
         print(client.next(timeout=5))
 
+Receive every event under a prefix exactly once, in order, through the PPPP door::
+
+    with zbus.PPPPSubscriber("tcp://127.0.0.1:5560", "/sensors/", name="me") as sub:
+        for message in sub:
+            print(message.topic, message.unpack())
+
 Run jobs::
 
     with zbus.BrokerClient("tcp://127.0.0.1:47291") as broker:
@@ -48,6 +54,7 @@ from zbus.common.version import __version__
 from zbus.errors import ZbusError
 from zbus.eventbus.client import (
     AsyncEventBusClient,
+    AsyncPPPPSubscriber,
     AsyncSubscription,
     BusEndpoints,
     DialectError,
@@ -59,13 +66,20 @@ from zbus.eventbus.client import (
     Mc0Client,
     Mc0Error,
     Mc0Message,
+    PositionStore,
+    PositionStoreError,
+    PPPPError,
+    PPPPMessage,
+    PPPPSubscriber,
     PublishError,
+    SQLitePositionStore,
     Subscription,
 )
 
 __all__ = [
     "AsyncBrokerClient",
     "AsyncEventBusClient",
+    "AsyncPPPPSubscriber",
     "AsyncSubscription",
     "BeaconSender",
     "BrokerClient",
@@ -91,9 +105,15 @@ __all__ = [
     "Mc0Error",
     "Mc0Message",
     "NodeState",
+    "PPPPError",
+    "PPPPMessage",
+    "PPPPSubscriber",
+    "PositionStore",
+    "PositionStoreError",
     "ProtocolError",
     "PublishError",
     "RegistrationDenied",
+    "SQLitePositionStore",
     "ServiceInfo",
     "Subscription",
     "UnknownJobError",

@@ -57,6 +57,10 @@ def test_the_readme_examples_run_against_the_local_cluster(cluster: LocalCluster
     out = _run(cluster.moved(pubsub)).splitlines()
     assert out and out[-1].endswith("/sensors/t1 {'celsius': 21.5}")
 
+    pppp = readme_example("pppp")
+    out = _run(cluster.moved(pppp)).splitlines()
+    assert out and out[-1].endswith("/orders/42 {'total': 9.5}")
+
     jobs = readme_example("jobs")
     out = _run(cluster.moved(jobs)).splitlines()
     assert out[0] == "['hello', 42]"

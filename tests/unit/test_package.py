@@ -87,6 +87,20 @@ def test_every_public_name_resolves() -> None:
         assert issubclass(error, zbus.ZbusError), error
 
 
+def test_the_pppp_client_is_public() -> None:
+    for name in (
+        "PPPPSubscriber",
+        "AsyncPPPPSubscriber",
+        "PPPPMessage",
+        "PPPPError",
+        "PositionStore",
+        "SQLitePositionStore",
+        "PositionStoreError",
+    ):
+        assert name in zbus.__all__, name
+    assert issubclass(zbus.PositionStoreError, OSError)
+
+
 def test_import_zbus_loads_no_server_framework() -> None:
     code = (
         "import sys, zbus\n"

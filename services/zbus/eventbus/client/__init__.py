@@ -28,9 +28,14 @@ The parts, all re-exported here (import from this module):
   :class:`AsyncSubscription`;
 - :mod:`zbus.eventbus.client.log_reader`: :class:`LogReader`, paged reads of a bus's log;
 - :mod:`zbus.eventbus.client.mc0`: :class:`Mc0Client`, a blocking client of the bus's
-  mc0 door (or of any mc0 broker).
+  mc0 door (or of any mc0 broker);
+- :mod:`zbus.eventbus.client.pppp` and :mod:`zbus.eventbus.client.pppp_asyncio`:
+  :class:`PPPPSubscriber` and :class:`AsyncPPPPSubscriber`, subscribers of the bus's
+  PPPP door (exactly once, in order per channel, ACKed), with
+  :class:`~zbus.common.positions.SQLitePositionStore` to keep the application's place.
 """
 
+from zbus.common.positions import PositionStore, PositionStoreError, SQLitePositionStore
 from zbus.eventbus.client.asyncio import AsyncEventBusClient, AsyncSubscription
 from zbus.eventbus.client.blocking import EventBusClient, Subscription
 from zbus.eventbus.client.common import CHUNK_BYTES as CHUNK_BYTES
@@ -41,10 +46,13 @@ from zbus.eventbus.client.common import EndpointsArg as EndpointsArg
 from zbus.eventbus.client.common import Item as Item
 from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
 from zbus.eventbus.client.mc0 import Mc0Client, Mc0Error, Mc0Message
+from zbus.eventbus.client.pppp import PPPPError, PPPPMessage, PPPPSubscriber
+from zbus.eventbus.client.pppp_asyncio import AsyncPPPPSubscriber
 from zbus.eventbus.core.sync import Event
 
 __all__ = [
     "AsyncEventBusClient",
+    "AsyncPPPPSubscriber",
     "AsyncSubscription",
     "BusEndpoints",
     "DialectError",
@@ -56,6 +64,12 @@ __all__ = [
     "Mc0Client",
     "Mc0Error",
     "Mc0Message",
+    "PPPPError",
+    "PPPPMessage",
+    "PPPPSubscriber",
+    "PositionStore",
+    "PositionStoreError",
     "PublishError",
+    "SQLitePositionStore",
     "Subscription",
 ]
