@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -80,3 +82,18 @@ def metrics(admin_url: str) -> dict[str, float]:
                 labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
     return out
+
+
+def stored_position(data_dir: Path, name: str) -> int:
+    """The position the door has stored for ``name`` (its SQLite file, read-only)."""
+    path = data_dir / "pppp.sqlite"
+    if not path.exists():
+        return -1
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            row = db.execute(
+                "SELECT max(acked) FROM positions WHERE identity = ?", (name.encode(),)
+            ).fetchone()
+    except sqlite3.OperationalError:
+        return -1
+    return -1 if row is None or row[0] is None else int(row[0])

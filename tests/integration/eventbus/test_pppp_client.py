@@ -9,7 +9,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import pytest
 from tests.support.bus import free_port, running_bus
 from tests.support.bus_process import bus_process
 from tests.support.lossy_proxy import LossyProxy
+from tests.support.pppp import stored_position
 from tests.support.waiting import UNIT, async_wait_for, wait_for
 from zbus import (
     AsyncEventBusClient,
@@ -243,19 +243,6 @@ async def test_a_subscriber_back_after_the_grace_period_gets_a_sync_first(tmp_pa
 
 
 # --------------------------------------------------------------- a killed bus
-def stored_position(data_dir: Path, name: str) -> int:
-    """The position the door has stored for ``name`` (its SQLite file, read-only)."""
-    path = data_dir / "pppp.sqlite"
-    if not path.exists():
-        return -1
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            row = db.execute(
-                "SELECT max(acked) FROM positions WHERE identity = ?", (name.encode(),)
-            ).fetchone()
-    except sqlite3.OperationalError:
-        return -1
-    return -1 if row is None or row[0] is None else int(row[0])
 
 
 @pytest.mark.timeout(300)
