@@ -9,6 +9,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
