@@ -115,3 +115,23 @@ def test_recv_frames_takes_one_whole_message_as_send_frames_sent_it() -> None:
         a.close(linger=0)
         b.close(linger=0)
         ctx.term()
+
+
+def test_refusals_are_logged_within_the_limit_and_the_list_emptied(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from zbus.common.rejects import LogLimiter, log_refusals
+
+    limiter = LogLimiter(per_second=2)
+    refusals = [(b"\x01\x02", "bad_value", f"detail {i}") for i in range(5)]
+    logger = logging.getLogger("zbus.test.refusals")
+    with caplog.at_level(logging.WARNING, logger="zbus.test.refusals"):
+        log_refusals(refusals, limiter, logger, "door message refused")
+    assert refusals == []
+    records = [r for r in caplog.records if r.name == "zbus.test.refusals"]
+    assert [r.getMessage() for r in records] == ["door message refused"] * 2
+    assert [(r.peer, r.reason, r.error) for r in records] == [  # type: ignore[attr-defined]
+        ("0102", "bad_value", "detail 0"),
+        ("0102", "bad_value", "detail 1"),
+    ]
+    assert limiter.suppressed == 3

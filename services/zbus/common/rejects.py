@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 from zbus.common.protocols.errors import (
     FrameCountError,
     FrameValueError,
@@ -42,3 +45,22 @@ class LogLimiter:
             return True
         self.suppressed += 1
         return False
+
+
+def log_refusals(
+    refusals: list[tuple[bytes, str, str]],
+    limiter: LogLimiter,
+    logger: logging.Logger,
+    message: str,
+) -> None:
+    """Log what a door refused, ``(peer identity, reason, detail)`` each, within the
+    limiter's rate, and empty the list (the refusals are counted where they were made)."""
+    if not refusals:
+        return
+    now = time.time()
+    for identity, reason, detail in refusals:
+        if limiter.allow(now):
+            logger.warning(
+                message, extra={"peer": identity.hex(), "reason": reason, "error": detail}
+            )
+    refusals.clear()

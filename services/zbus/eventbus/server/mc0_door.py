@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -39,7 +38,7 @@ from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
-from zbus.common.rejects import LogLimiter
+from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.threads import SocketThread
 from zbus.common.wire import recv_frames, send_frames
 from zbus.eventbus.core.mc0 import Mc0Core, Publish
@@ -345,17 +344,7 @@ class Mc0Door(SocketThread):
             self.core.failed(publish.reply, "busy", f"mc0 PUT: not stored: {why}", now)
 
     def _log_refusals(self) -> None:
-        refusals = self.core.refusals
-        if not refusals:
-            return
-        now = time.time()
-        for identity, reason, detail in refusals:
-            if self._limiter.allow(now):
-                log.warning(
-                    "mc0 message refused",
-                    extra={"peer": identity.hex(), "reason": reason, "error": detail},
-                )
-        refusals.clear()
+        log_refusals(self.core.refusals, self._limiter, log, "mc0 message refused")
 
 
 class Mc0Metrics(Collector):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +36,7 @@ from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES, RECORD_OVERHEAD
-from zbus.common.rejects import LogLimiter
+from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.threads import SocketThread
 from zbus.common.wire import recv_frames, send_frames
 from zbus.eventbus.core.flow import hwm_for
@@ -406,17 +405,7 @@ class PpppDoor(SocketThread):
         self.hold(through)
 
     def _log_refusals(self) -> None:
-        refusals = self.core.refusals
-        if not refusals:
-            return
-        now = time.time()
-        for identity, reason, detail in refusals:
-            if self._limiter.allow(now):
-                log.warning(
-                    "pppp message dropped",
-                    extra={"peer": identity.hex(), "reason": reason, "error": detail},
-                )
-        refusals.clear()
+        log_refusals(self.core.refusals, self._limiter, log, "pppp message dropped")
 
 
 __all__ = ["LogSource", "PpppDoor", "payload_of"]
