@@ -251,7 +251,7 @@ class PpppCore:
             sync.acked = True
             conv.sync = None
             self._positions[(sub.identity, cmd.channel)] = conv.acked
-            sub.inflight -= conv.release_sync(-1)
+            sub.inflight -= conv.release_sync()
             self.ready.add(sub.identity)
         moved, nacked = conv.apply_ack(cmd.highest, cmd.missing)
         if nacked:

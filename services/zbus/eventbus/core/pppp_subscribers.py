@@ -114,11 +114,11 @@ class Conversation:
         self.inflight_bytes -= freed
         return freed
 
-    def release_sync(self, passed: int) -> int:
+    def release_sync(self, passed: int | None = None) -> int:
         """Stop counting the SYNC messages sent at or before the send count ``passed``
-        (all of them: ``passed`` -1). Returns the bytes released."""
+        (None: all of them). Returns the bytes released."""
         flight, freed = self.sync_flight, 0
-        if passed < 0:
+        if passed is None:
             freed, self.sync_bytes = self.sync_bytes, 0
             flight.clear()
             return freed
