@@ -208,6 +208,8 @@ class PpppDoor(SocketThread):
         self.router.maxmsgsize = largest_in
         self.router.router_mandatory = True  # a full or gone peer raises: nothing lost
         self.router.router_handover = True  # a returning subscriber takes its identity over
+        # The ROUTER's disconnections, read as they come: ZeroMQ's I/O thread waits
+        # while the monitor's queue is full.
         self.monitor = self.router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.monitor.linger = 0
         self._sockets.append(self.monitor)
@@ -221,7 +223,10 @@ class PpppDoor(SocketThread):
 
     def close(self) -> None:
         if getattr(self, "monitor", None) is not None:
-            self.router.disable_monitor()
+            # ZeroMQ's I/O thread blocks on a full monitor: empty it, then stop it.
+            self._read_monitor()
+            self.router.close(linger=0)
+            self._read_monitor()
         for sock in getattr(self, "_sockets", []):
             sock.close(linger=0)
         for name in ("reader", "positions"):
@@ -232,7 +237,7 @@ class PpppDoor(SocketThread):
     # --------------------------------------------------------------------- loop
     def loop(self) -> None:
         poller = zmq.Poller()
-        for sock in self._sockets[:3]:
+        for sock in self._sockets:
             poller.register(sock, zmq.POLLIN)
         clock, core, router = self.clock, self.core, self.router
         watching_out = False
@@ -251,6 +256,8 @@ class PpppDoor(SocketThread):
                         self._read_subscribers()
                 elif sock is self.stream:
                     self._read_stream()
+                elif sock is self.monitor:
+                    self._read_monitor()
                 else:
                     self._read_confirms()
             if self.behind:
