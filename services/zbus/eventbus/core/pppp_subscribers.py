@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 
 from zbus.eventbus.core.pppp_channels import Channel
 
-#: What ZeroMQ's queue spends on one message beyond its frames' bytes: a 64-byte
+#: What one message in flight costs beyond its frames' bytes: in ZeroMQ's queue a 64-byte
 #: ``msg_t`` per frame (nine for a PUBLISH with the identity) and the allocation of each
-#: frame longer than 33 bytes. Every message sent is counted with it, so that the bytes
-#: the door counts bound the memory the queue takes, however small the events.
-MESSAGE_OVERHEAD = 768
+#: frame longer than 33 bytes (768 bytes), and the door's own ``(sequence, bytes)`` entry
+#: (128). Every message sent is counted with it, so that the bytes the door counts bound
+#: the memory a subscriber's messages in flight take, however small the events.
+MESSAGE_OVERHEAD = 768 + 128
 
 
 @dataclass(frozen=True, slots=True)
