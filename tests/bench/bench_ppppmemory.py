@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from tests.support.pppp_memory import run
+from zbus.eventbus.core.pppp_types import QUEUE_MARGIN
 from zbus.eventbus.server.config import EventBusSettings
 
 EVENTS = int(os.environ.get("ZBUS_BENCH_PPPP_MEMORY_EVENTS", "1000000"))
@@ -30,7 +31,7 @@ def main() -> bool:
     print("\n== event bus memory, a PPPP subscriber that never ACKs")
     s = EventBusSettings()
     bound = s.pppp_cache_bytes + max(MiB, s.pppp_cache_bytes // 8) + s.pppp_peer_bytes
-    bound += (EVENTS // 256 + 1) * 100
+    bound += (EVENTS // 256 + 1) * 100 + (s.pppp_window + QUEUE_MARGIN) * 200  # HEARTBEATs
     peaks = {}
     for stalled in (False, True):
         tmp = Path(tempfile.mkdtemp(prefix="zbus-bench-ppppmem-"))

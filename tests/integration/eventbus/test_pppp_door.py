@@ -250,3 +250,31 @@ def test_the_admin_api_shows_channels_and_subscribers(
     finally:
         for sub in subs:
             sub.close()
+
+
+def test_bytes_in_flight_hold_the_door_and_a_new_connection_frees_them(
+    ctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    # Room for about 64 messages of 1 kB in flight: the door stops there without an ACK.
+    settings = {"max_event_bytes": 16 * 1024, "pppp_peer_bytes": 64 * 1024, "pppp_idle": 30}
+    with bus_thread(tmp_path, pppp_port=0, **settings) as bus:
+        first = subscriber(ctx, bus, b"reconnecting")
+        first.sync("/r/")
+        with EventBusClient(BusEndpoints.from_info(bus.info()), producer="p") as client:
+            client.publish_many([(f"/r/{i}", bytes(1000)) for i in range(300)], confirm=True)
+        got = []
+        while not first.quiet(0.5):
+            cmd = first.recv()
+            if isinstance(cmd, pppp.Publish) and cmd.sequence not in got:
+                got.append(cmd.sequence)
+        assert 30 <= len(got) <= 64 and got == list(range(1, len(got) + 1))
+        first.close()
+        # The same identity on a new connection: what the old one had queued went with
+        # it, so the door counts nothing in flight and sends the backlog from the start.
+        second = subscriber(ctx, bus, b"reconnecting")
+        try:
+            second.send(pppp.Subscribe("/r/"))
+            sequences = [s for s, _ in second.messages(300, "/r/")]
+            assert sequences == list(range(1, 301))
+        finally:
+            second.close()

@@ -27,9 +27,7 @@ from zbus.common.protocols.pppp import (
     Heartbeat,
     Subscribe,
     decode_from_subscriber,
-    encode,
 )
-from zbus.common.protocols.pppp_event import SyncEnd, encode_sync_end
 from zbus.common.rejects import reject_reason
 from zbus.eventbus.core.pppp_cache import (
     ENTRY_OVERHEAD,
@@ -40,7 +38,15 @@ from zbus.eventbus.core.pppp_cache import (
     payload_frames,
 )
 from zbus.eventbus.core.pppp_channels import Channel, ChannelIndex
-from zbus.eventbus.core.pppp_subscribers import Conversation, Subscriber, Sync, Times
+from zbus.eventbus.core.pppp_subscribers import (
+    MESSAGE_OVERHEAD,
+    Conversation,
+    Subscriber,
+    Sync,
+    Times,
+)
+from zbus.eventbus.core.pppp_sync import HEARTBEAT, SyncPump
+from zbus.eventbus.core.pppp_timers import Deadlines
 from zbus.eventbus.core.pppp_types import (
     COMMANDS,
     MAX_CHANNEL_BYTES,
@@ -55,9 +61,6 @@ from zbus.eventbus.core.pppp_types import (
 
 PUMP_BUDGET = 256  # messages sent to one subscriber before the next one gets a turn
 READ_PAGE = 1024  # messages read from the log at once for a backlog
-SYNC_PAGE = 256  # SYNC items read from the log at once
-HEARTBEAT = encode(Heartbeat())
-ZERO = (0).to_bytes(8, "big")
 
 
 class PpppCore:
@@ -86,7 +89,8 @@ class PpppCore:
         self._positions: dict[tuple[bytes, str], int | None] = {}
         self._checkpoints: dict[str, tuple[int, int] | None] = {}
         self._moved: set[str] = set()
-        self._deadline: float | None = None
+        self.timers = Deadlines()
+        self.syncs = SyncPump(source, limits, self.sent)
 
     # ------------------------------------------------------------------ restart
     def load(
@@ -118,12 +122,20 @@ class PpppCore:
         for name, channel in list(self.channels.channels.items()):
             if not channel.subscribers:
                 self._drop_channel(name)
-        self._deadline = now
+        for identity in self.subscribers:
+            self.timers.set(identity, now)
 
     # ------------------------------------------------------------------ inbound
-    def receive(self, identity: bytes, frames: list[bytes], now: float) -> None:
-        """One message from a subscriber."""
+    def receive(
+        self, identity: bytes, frames: list[bytes], now: float, connection: object = None
+    ) -> None:
+        """One message from a subscriber, on ``connection`` (any value that differs for a
+        new connection of the same identity; None: unknown)."""
         sub = self.subscribers.get(identity)
+        if sub is not None and connection is not None and connection != sub.connection:
+            if sub.connection is not None:
+                self.gone(identity)  # a new connection: the old one's queue went with it
+            sub.connection = connection
         try:
             cmd = decode_from_subscriber(frames)
         except ProtocolError as exc:
@@ -141,7 +153,7 @@ class PpppCore:
                     f"a channel has {MAX_CHANNEL_BYTES} bytes at most, got {len(frames[0]) - 1}",
                 )
                 return
-            self._subscribe(identity, cmd.channel, now)
+            self._subscribe(identity, cmd.channel, now, connection)
             return
         if type(cmd) is AckNack:
             self.received["ACK/NACK"] += 1
@@ -163,7 +175,7 @@ class PpppCore:
         if len(self.refusals) < 1000:
             self.refusals.append((identity, reason, detail))
 
-    def _subscribe(self, identity: bytes, name: str, now: float) -> None:
+    def _subscribe(self, identity: bytes, name: str, now: float, connection: object) -> None:
         sub = self.subscribers.get(identity)
         if sub is None:
             if len(self.subscribers) >= self.limits.max_subscribers:
@@ -173,7 +185,7 @@ class PpppCore:
                     f"the door serves {self.limits.max_subscribers} subscribers at most",
                 )
                 return
-            sub = Subscriber(identity, now, now, now, now)
+            sub = Subscriber(identity, now, now, now, now, connection=connection)
             self.subscribers[identity] = sub
         conv = sub.conversations.get(name)
         if conv is None and len(sub.conversations) >= self.limits.max_channels:
@@ -210,7 +222,7 @@ class PpppCore:
         else:
             conv.restart()  # a subscriber the door knows: its backlog from acked + 1
         self.ready.add(identity)
-        self._deadline = now
+        self.timers.earlier(identity, now)
 
     def _ack(self, sub: Subscriber, cmd: AckNack, now: float) -> None:
         conv = sub.conversations.get(cmd.channel)
@@ -239,14 +251,35 @@ class PpppCore:
             sync.acked = True
             conv.sync = None
             self._positions[(sub.identity, cmd.channel)] = conv.acked
+            sub.inflight -= conv.release_sync()
+            self.ready.add(sub.identity)
         moved, nacked = conv.apply_ack(cmd.highest, cmd.missing)
         if nacked:
             self.nacks += nacked
         if moved:
             self._positions[(sub.identity, cmd.channel)] = conv.acked
             self._moved.add(cmd.channel)
+            sub.inflight -= conv.release()
         if moved or nacked:
             self.ready.add(sub.identity)
+
+    def gone(self, identity: bytes) -> None:
+        """ZeroMQ no longer has ``identity``'s connection (a send found it unreachable, or
+        it spoke on a new one): what was queued for it is gone, so nothing is counted in
+        flight any more, and its conversations go on from their first message not ACKed
+        (one whose SYNC is under way finds out from the SYNC's count)."""
+        sub = self.subscribers.get(identity)
+        if sub is None:
+            return
+        sub.connection = None
+        sub.inflight = 0
+        for conv in sub.conversations.values():
+            conv.forget()
+            if conv.live and conv.sync is None and conv.sent > conv.acked:
+                conv.next = conv.acked + 1
+                conv.resend.clear()
+        if sub.live:
+            self.ready.add(identity)
 
     def _custom(self, sub: Subscriber, cmd: Custom) -> None:
         size = sum(map(len, cmd.payload)) + 5 * len(cmd.payload) + 5  # as msgpack
@@ -301,14 +334,17 @@ class PpppCore:
     # ------------------------------------------------------------------ sending
     def pump(self, now: float, send: Send) -> None:
         """Send what the ready subscribers can take: SYNCs, resends, new messages."""
-        subscribers = self.subscribers
+        subscribers, times, earlier = self.subscribers, self.times, self.timers.earlier
         for identity in list(self.ready):
             sub = subscribers.get(identity)
             if sub is None or not sub.live:
                 self.ready.discard(identity)
                 continue
+            sends = sub.sends
             if self._pump_one(sub, now, send):
                 self.ready.discard(identity)
+            if sub.sends != sends:
+                earlier(identity, sub.next_due(times))
 
     @property
     def has_work(self) -> bool:
@@ -342,15 +378,24 @@ class PpppCore:
         raw = channel.raw
         sync = conv.sync
         if sync is not None and not sync.ended:
-            budget = self._pump_sync(sub, conv, sync, now, send, budget)
-            if budget <= 0:
+            budget = self.syncs.pump(sub, conv, sync, now, send, budget)
+            if budget <= 0 or not sync.ended:
                 return budget
+        extra = MESSAGE_OVERHEAD - ENTRY_OVERHEAD + len(raw) + 8 + len(identity)
+        peer_bytes = self.limits.peer_bytes
         while conv.resend and budget > 0:
             first, last = conv.resend[0]
             payload = self._message(channel, first)
             if payload is not None:
+                size = payload_bytes(payload) + extra
+                if sub.inflight and sub.inflight + size > peer_bytes:
+                    return budget  # no room until an ACK
                 if not send(identity, [raw, first.to_bytes(8, "big"), *payload]):
                     return -1
+                conv.flight.append((first, size))
+                conv.inflight_bytes += size
+                sub.inflight += size
+                sub.sends += 1
                 self.sent["resend"] += 1
                 sub.sent(now, publish=True)
                 budget -= 1
@@ -365,17 +410,20 @@ class PpppCore:
     def _pump_new(
         self, sub: Subscriber, conv: Conversation, now: float, send: Send, budget: int
     ) -> int:
-        """New messages from ``next`` within the window: the hot path. The payload of a
-        cached message is the cache's own frames, its size counted once."""
+        """New messages from ``next`` within the window and the subscriber's bytes in
+        flight: the hot path. The payload of a cached message is the cache's own frames,
+        its size counted once."""
         channel, identity, raw = conv.channel, sub.identity, conv.channel.raw
         limit = min(channel.head, conv.acked + self.limits.window)
-        nxt, inflight, peer_bytes = conv.next, conv.inflight_bytes, self.limits.peer_bytes
+        nxt, inflight, peer_bytes = conv.next, sub.inflight, self.limits.peer_bytes
         if budget <= 0 or nxt > limit or inflight >= peer_bytes:
             return budget
         entry_of, recent, offset = self.cache.entry, channel.recent, channel.recent_offset()
         cut, held = channel.cut, len(channel.recent)
+        extra = MESSAGE_OVERHEAD - ENTRY_OVERHEAD + len(raw) + 8 + len(identity)
+        record = conv.flight.append
         count, full = 0, False
-        while budget > 0 and nxt <= limit and inflight < peer_bytes:
+        while budget > 0 and nxt <= limit:
             i = nxt + offset
             entry = entry_of(recent[i]) if cut <= i < held else None
             if entry is None:
@@ -387,50 +435,25 @@ class PpppCore:
                 size = payload_bytes(payload)
             else:
                 payload, size = entry
+            size += extra
+            if inflight and inflight + size > peer_bytes:
+                break  # no room until an ACK
             if not send(identity, [raw, nxt.to_bytes(8, "big"), *payload]):
                 full = True
                 break
+            record((nxt, size))
             nxt += 1
             inflight += size
             count += 1
             budget -= 1
-        conv.next, conv.inflight_bytes = nxt, inflight
+        conv.next = nxt
+        conv.inflight_bytes += inflight - sub.inflight
+        sub.inflight = inflight
         if count:
+            sub.sends += count
             self.sent["publish"] += count
             sub.sent(now, publish=True)
         return -1 if full else budget
-
-    def _pump_sync(
-        self, sub: Subscriber, conv: Conversation, sync: Sync, now: float, send: Send, budget: int
-    ) -> int:
-        channel, identity = conv.channel, sub.identity
-        raw = channel.raw
-        while not sync.pages_done and budget > 0:
-            items, cursor = self.source.sync_page(
-                channel.name, sync.cursor, sync.seq, min(budget, SYNC_PAGE)
-            )
-            budget -= 1 if not items else 0
-            for payload in items:
-                if not send(identity, [raw, ZERO, *payload]):
-                    return -1
-                sync.items += 1
-                sync.cursor = payload[0].decode("utf-8")
-                self.sent["sync"] += 1
-                sub.sent(now, publish=True)
-                budget -= 1
-            if cursor is None:
-                sync.pages_done = True
-            else:
-                sync.cursor = cursor
-        if not sync.pages_done:
-            return budget
-        end = encode(encode_sync_end(channel.name, SyncEnd(sync.head, sync.items)))
-        if not send(identity, end):
-            return -1
-        sync.ended = True
-        self.sent["sync"] += 1
-        sub.sent(now, publish=True)
-        return budget - 1
 
     def _message(self, channel: Channel, cseq: int) -> Payload | None:
         """The payload of message ``cseq`` of ``channel``: from the cache, or read."""
@@ -453,39 +476,39 @@ class PpppCore:
 
     # ------------------------------------------------------------------ timers
     def tick(self, now: float, send: Send) -> None:
-        """Heartbeats, first-idle resends, disconnects and grace expiries due by ``now``."""
-        times = self.times
-        due: list[float] = []
-        for identity, sub in list(self.subscribers.items()):
-            if sub.live:
-                if now >= sub.dead_at(times):
-                    self._disconnect(sub, now)
-                else:
-                    resend_at = sub.resend_due(times)
-                    if resend_at is not None and now >= resend_at:
-                        self._resend_last(sub, now)
-                        resend_at = now + times.silent_resend
-                    if now >= sub.heartbeat_due(times) and send(identity, HEARTBEAT):
-                        self.sent["heartbeat"] += 1
-                        sub.sent(now, publish=False)
-                    due.append(min(sub.heartbeat_due(times), sub.dead_at(times)))
-                    if resend_at is not None:
-                        due.append(resend_at)
-            for name, conv in list(sub.conversations.items()):
-                if conv.grace_until is not None and now >= conv.grace_until:
-                    self._drop_conversation(sub, name)
-                    self.grace_expiries += 1
-            if not sub.conversations and not sub.live:
-                del self.subscribers[identity]
-                continue
-            ends = sub.grace_ends()
-            if ends is not None:
-                due.append(ends)
-        self._deadline = min(due) if due else None
+        """Heartbeats, first-idle resends, disconnects and grace expiries due by ``now``:
+        only the subscribers due are looked at."""
+        subscribers = self.subscribers
+        for identity in self.timers.due(now):
+            sub = subscribers.get(identity)
+            if sub is not None:
+                self._tick_one(sub, now, send)
+
+    def _tick_one(self, sub: Subscriber, now: float, send: Send) -> None:
+        times, identity = self.times, sub.identity
+        if sub.live:
+            if now >= sub.dead_at(times):
+                self._disconnect(sub, now)
+            else:
+                resend_at = sub.resend_due(times)
+                if resend_at is not None and now >= resend_at:
+                    self._resend_last(sub, now)
+                if now >= sub.heartbeat_due(times) and send(identity, HEARTBEAT):
+                    self.sent["heartbeat"] += 1
+                    sub.sends += 1
+                    sub.sent(now, publish=False)
+        for name, conv in list(sub.conversations.items()):
+            if conv.grace_until is not None and now >= conv.grace_until:
+                self._drop_conversation(sub, name)
+                self.grace_expiries += 1
+        if not sub.conversations and not sub.live:
+            del self.subscribers[identity]
+            return
+        self.timers.set(identity, sub.next_due(times))
 
     def next_deadline(self) -> float | None:
         """When :meth:`tick` has something to do next (None: nothing until a message)."""
-        return self._deadline
+        return self.timers.next()
 
     def _resend_last(self, sub: Subscriber, now: float) -> None:
         """The first-idle rule: the last message sent, again (its ACK tells the rest)."""

@@ -19,9 +19,17 @@ Times (monotonic seconds, passed in) follow :class:`Times`:
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from zbus.eventbus.core.pppp_channels import Channel
+
+#: What one message in flight costs beyond its frames' bytes: in ZeroMQ's queue a 64-byte
+#: ``msg_t`` per frame (nine for a PUBLISH with the identity) and the allocation of each
+#: frame longer than 33 bytes (768 bytes), and the door's own ``(sequence, bytes)`` entry
+#: (128). Every message sent is counted with it, so that the bytes the door counts bound
+#: the memory a subscriber's messages in flight take, however small the events.
+MESSAGE_OVERHEAD = 768 + 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +73,14 @@ class Conversation:
     next: int
     resend: list[tuple[int, int]] = field(default_factory=list)  # sorted, disjoint
     sync: Sync | None = None
+    # Messages sent and not ACKed, in the order sent: (sequence, bytes counted). A resend
+    # is there again: both copies may be in ZeroMQ's queue until the ACK.
+    flight: deque[tuple[int, int]] = field(default_factory=deque)
     inflight_bytes: int = 0
+    # SYNC items (and ends) sent and not ACKed: (the subscriber's send count after it,
+    # bytes). Released by the SYNC's ACK, or once ZeroMQ's queue has provably passed them.
+    sync_flight: deque[tuple[int, int]] = field(default_factory=deque)
+    sync_bytes: int = 0
     live: bool = True
     grace_until: float | None = None
     saved: int = -1  # the acked position last handed out to be stored
@@ -82,12 +97,45 @@ class Conversation:
         )
 
     def restart(self) -> None:
-        """Send again from the first message not ACKed (a new conversation)."""
+        """Send again from the first message not ACKed (a new conversation). What was
+        sent stays counted: on the same connection it is still ahead in ZeroMQ's queue
+        (a new connection forgets it, :meth:`forget`)."""
         self.next = self.acked + 1
         self.resend.clear()
-        self.inflight_bytes = 0
         self.live = True
         self.grace_until = None
+
+    def release(self) -> int:
+        """Stop counting what the ACKs cover: the sent messages up to ``acked``, from the
+        oldest sent on (a resend still in ZeroMQ's queue behind a newer message waits for
+        the ACK that covers both). Returns the bytes released."""
+        flight, acked, freed = self.flight, self.acked, 0
+        while flight and flight[0][0] <= acked:
+            freed += flight.popleft()[1]
+        self.inflight_bytes -= freed
+        return freed
+
+    def release_sync(self, passed: int | None = None) -> int:
+        """Stop counting the SYNC messages sent at or before the send count ``passed``
+        (None: all of them). Returns the bytes released."""
+        flight, freed = self.sync_flight, 0
+        if passed is None:
+            freed, self.sync_bytes = self.sync_bytes, 0
+            flight.clear()
+            return freed
+        while flight and flight[0][0] <= passed:
+            freed += flight.popleft()[1]
+        self.sync_bytes -= freed
+        return freed
+
+    def forget(self) -> int:
+        """The connection is gone, and ZeroMQ's queue with it: nothing is in flight any
+        more. Returns the bytes released."""
+        freed = self.inflight_bytes + self.sync_bytes
+        self.flight.clear()
+        self.sync_flight.clear()
+        self.inflight_bytes = self.sync_bytes = 0
+        return freed
 
     def apply_ack(self, highest: int, missing: tuple[tuple[int, int], ...]) -> tuple[bool, int]:
         """Take an ACK/NACK already checked to be within what was sent.
@@ -103,10 +151,7 @@ class Conversation:
         new_acked = min(highest, lowest_missing - 1)
         if new_acked <= self.acked:
             return False, nacked
-        before = self.sent - self.acked
         self.acked = new_acked
-        after = self.sent - self.acked
-        self.inflight_bytes = 0 if after <= 0 else self.inflight_bytes * after // before
         self.resend = [(max(f, new_acked + 1), la) for f, la in self.resend if la > new_acked]
         return True, nacked
 
@@ -138,6 +183,9 @@ class Subscriber:
     beat: bool = False  # the last message sent was a HEARTBEAT
     conversations: dict[str, Conversation] = field(default_factory=dict)
     blocked: bool = False  # its ZeroMQ queue was full at the last send
+    inflight: int = 0  # bytes counted in flight over its conversations (<= peer bytes)
+    sends: int = 0  # messages ZeroMQ took for it, all kinds
+    connection: object = None  # the connection it last spoke on (None: unknown)
 
     def heard(self, now: float) -> None:
         self.heard_at = now
@@ -167,6 +215,14 @@ class Subscriber:
         ends = [c.grace_until for c in self.conversations.values() if c.grace_until is not None]
         return min(ends) if ends else None
 
+    def next_due(self, times: Times) -> float | None:
+        """When a timer of this subscriber is next due (None: none is)."""
+        if self.live:
+            due = min(self.heartbeat_due(times), self.dead_at(times))
+            resend = self.resend_due(times)
+            return due if resend is None else min(due, resend)
+        return self.grace_ends()
+
 
 def identity_text(identity: bytes) -> str:
     """A subscriber's name: its identity as text when it is printable UTF-8, else hex."""
@@ -179,4 +235,4 @@ def identity_text(identity: bytes) -> str:
     return identity.hex()
 
 
-__all__ = ["Conversation", "Subscriber", "Sync", "Times", "identity_text"]
+__all__ = ["MESSAGE_OVERHEAD", "Conversation", "Subscriber", "Sync", "Times", "identity_text"]

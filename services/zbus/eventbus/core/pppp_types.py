@@ -31,6 +31,7 @@ REASONS = (
     "too_many_ranges",
 )
 MAX_CHANNEL_BYTES = 1024
+QUEUE_MARGIN = 256  # messages beyond a window in ZeroMQ's queue: HEARTBEATs, SYNC
 SENT = ("publish", "resend", "sync", "heartbeat")
 
 #: ``send(identity, frames) -> bool``: False when ZeroMQ's queue for it is full.
@@ -68,6 +69,12 @@ class Limits:
     max_subscribers: int = 10_000
     max_custom_bytes: int = MiB
 
+    @property
+    def queue_messages(self) -> int:
+        """ZeroMQ's queue towards one subscriber, in messages (the ROUTER's send HWM): a
+        window, and room for HEARTBEATs and a SYNC page."""
+        return self.window + QUEUE_MARGIN
+
 
 @dataclass(frozen=True, slots=True)
 class Changes:
@@ -84,6 +91,7 @@ class Changes:
 __all__ = [
     "COMMANDS",
     "MAX_CHANNEL_BYTES",
+    "QUEUE_MARGIN",
     "REASONS",
     "SENT",
     "Changes",

@@ -14,10 +14,17 @@ Sockets and files (ADR 0006):
 - ``pppp.sqlite`` beside the log: checkpoints and ACK positions, in small group commits
   (:class:`~zbus.eventbus.server.pppp_store.PositionStore`).
 
-What one subscriber can make the bus hold is bounded: ZeroMQ's queue towards it is
-``ZBUS_PPPP_PEER_BYTES`` divided by the largest message (a message the queue cannot take
-now stays a position and is sent later; nothing is dropped), and what it sends is read
-up to the same bound.
+What one subscriber can make the bus hold is bounded: the core counts the bytes of every
+message sent to it and not ACKed (or, for a SYNC, not yet passed by the queue), and sends
+nothing past ``ZBUS_PPPP_PEER_BYTES``; ZeroMQ's queue towards it holds at most what is
+counted, and in messages a window and a margin (its send HWM), which bounds its
+HEARTBEATs. A message the queue cannot take now stays a position and is sent later;
+nothing is dropped. What a subscriber sends is read up to the same bound. When a
+subscriber's connection goes (a send finds it unreachable, or the identity speaks on
+another connection: ``ROUTER_HANDOVER``), its queue went with it, and the core stops
+counting it (:meth:`~zbus.eventbus.core.pppp.PpppCore.gone`). A connection is the file
+descriptor a message came on and how many times that descriptor was closed before (a
+monitor of the ROUTER's disconnections), so that a descriptor used again is a new one.
 """
 
 from __future__ import annotations
@@ -31,14 +38,15 @@ from typing import Any
 
 import msgpack
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
-from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES, RECORD_OVERHEAD
+from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES
 from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.threads import SocketThread
-from zbus.common.wire import recv_frames, send_frames
+from zbus.common.wire import send_frames
 from zbus.eventbus.core.flow import hwm_for
 from zbus.eventbus.core.pppp import Limits, PpppCore
 from zbus.eventbus.core.pppp_cache import Payload, payload_frames
@@ -60,6 +68,12 @@ CUSTOM_TOPIC = "/zbus/pppp/custom/"
 _SEND = zmq.backend.Socket.send  # the compiled send, as zbus.common.wire uses it
 _MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
 _LAST = int(zmq.NOBLOCK)
+_RECV = zmq.backend.Socket.recv
+_GET = zmq.backend.Socket.get
+_RCVMORE = int(zmq.RCVMORE)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_SRCFD = int(zmq.SRCFD)
 
 
 def payload_of(event: Event) -> Payload:
@@ -156,6 +170,8 @@ class PpppDoor(SocketThread):
         self.sends = 0
         self._waiting_out = True
         self.unreachable = 0
+        self._gone: set[bytes] = set()  # identities a send found unreachable
+        self._closed: dict[int, int] = {}  # file descriptor -> times it was closed
         self.customs_published = 0
         self.customs_failed = 0
         self._customs_in_flight = 0
@@ -177,7 +193,6 @@ class PpppDoor(SocketThread):
         taken = min((seq for _, _, seq in channels), default=0)
         self.core.load(taken, channels, self.positions.positions(), now)
         self._persist(now)  # what load dropped, and the hold from the checkpoints
-        largest_out = s.max_event_bytes + RECORD_OVERHEAD + 8 * 1024
         largest_in = max(s.max_event_bytes + 64 * 1024, 16 * s.pppp_window + 8 * 1024)
         self.router = self.ctx.socket(zmq.ROUTER)
         self.collector = self.ctx.socket(zmq.DEALER)
@@ -186,11 +201,17 @@ class PpppDoor(SocketThread):
         for sock in self._sockets:
             sock.linger = 0
         self.secure(self.router)
-        self.router.sndhwm = max(1, hwm_for(s.pppp_peer_bytes, largest_out))
+        # The core bounds the queue in bytes; in messages it holds a window and a margin.
+        self.router.sndhwm = self.limits.queue_messages
         self.router.rcvhwm = max(1, hwm_for(s.pppp_peer_bytes, largest_in))
         self.router.maxmsgsize = largest_in
         self.router.router_mandatory = True  # a full or gone peer raises: nothing lost
         self.router.router_handover = True  # a returning subscriber takes its identity over
+        # The ROUTER's disconnections, read as they come: ZeroMQ's I/O thread waits
+        # while the monitor's queue is full.
+        self.monitor = self.router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.monitor.linger = 0
+        self._sockets.append(self.monitor)
         self.router.bind(f"tcp://{s.host}:{s.pppp_port or 0}")
         self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         self.collector.sndhwm = MAX_CUSTOMS_IN_FLIGHT
@@ -200,6 +221,11 @@ class PpppDoor(SocketThread):
         self.stream.connect(self.stream_endpoint)
 
     def close(self) -> None:
+        if getattr(self, "monitor", None) is not None:
+            # ZeroMQ's I/O thread blocks on a full monitor: empty it, then stop it.
+            self._read_monitor()
+            self.router.close(linger=0)
+            self._read_monitor()
         for sock in getattr(self, "_sockets", []):
             sock.close(linger=0)
         for name in ("reader", "positions"):
@@ -229,6 +255,8 @@ class PpppDoor(SocketThread):
                         self._read_subscribers()
                 elif sock is self.stream:
                     self._read_stream()
+                elif sock is self.monitor:
+                    self._read_monitor()
                 else:
                     self._read_confirms()
             if self.behind:
@@ -241,6 +269,10 @@ class PpppDoor(SocketThread):
                 self._next_tick = now + self.tick_every
             sent = self.sends
             core.pump(now, self._send)
+            if self._gone:
+                for identity in self._gone:
+                    core.gone(identity)
+                self._gone.clear()
             self._waiting_out = self.sends != sent or not watching_out
             if core.customs:
                 self._publish_customs()
@@ -275,17 +307,34 @@ class PpppDoor(SocketThread):
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
             self.unreachable += 1  # gone: its silence will disconnect it
+            self._gone.add(identity)
             return False
         return True
 
     def _read_subscribers(self) -> None:
-        router, receive, clock = self.router, self.core.receive, self.clock
+        router, receive, clock, closed = self.router, self.core.receive, self.clock, self._closed
         for _ in range(READS_PER_WAKE):
             try:
-                frames = recv_frames(router)
+                first = _RECV(router, _LAST, copy=False)
             except zmq.Again:
                 return
-            receive(frames[0], frames[1:], clock.monotonic())
+            frames = []
+            while _GET(router, _RCVMORE):
+                frames.append(_RECV(router, _LAST))
+            fd = first.get(_SRCFD)
+            if int(_GET(self.monitor, _EVENTS)) & _POLLIN:
+                self._read_monitor()  # a close of this descriptor comes before its reuse
+            receive(first.bytes, frames, clock.monotonic(), (fd, closed.get(fd, 0)))
+
+    def _read_monitor(self) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                fd = int(event["value"])
+                self._closed[fd] = self._closed.get(fd, 0) + 1
 
     # ------------------------------------------------------------------ events
     def _read_stream(self) -> None:
