@@ -6,7 +6,9 @@
   Go library, no helm binary); every rendered object against the Kubernetes schemas,
   strict, at the oldest and the newest Kubernetes the chart supports;
 - docker-compose.yml: `docker compose config -q` (Compose v2, every profile) and the
-  compose-spec schema;
+  compose-spec schema; and `config -q` by the machine's own Compose, Debian's
+  `docker-compose` (v1.29), alone, with the `spark-cluster` profile and with the CURVE
+  overlay, and by the `docker compose` plugin when the machine has one;
 - deploy/Dockerfile*: hadolint;
 - deploy/prometheus*.yml: `promtool check config`.
 
@@ -17,6 +19,7 @@ the named checks.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -98,6 +101,36 @@ def check_compose() -> str:
     return "compose config -q (every profile), compose-spec schema"
 
 
+def system_compose() -> list[list[str]]:
+    """The machine's own Compose commands: Debian's ``docker-compose`` (on PATH, not the
+    one beside this Python), and ``docker compose`` when the plugin is there."""
+    venv = str(Path(sys.executable).parent)
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != venv]
+    found = shutil.which("docker-compose", path=os.pathsep.join(path))
+    if found is None:
+        raise CheckFailed("docker-compose is not installed (Debian's package; .ci/run installs it)")
+    commands = [[found]]
+    docker = shutil.which("docker")
+    if docker is not None:
+        plugin = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
+        if plugin.returncode == 0:
+            commands.append([docker, "compose"])
+    return commands
+
+
+def check_system_compose() -> str:
+    curve = COMPOSE_FILE.parent / "deploy" / "compose.curve.yml"
+    names = []
+    for compose in system_compose():
+        files = ["-f", str(COMPOSE_FILE)]
+        run(*compose, *files, "config", "-q")
+        run(*compose, *files, "--profile", "spark-cluster", "config", "-q")
+        run(*compose, *files, "-f", str(curve), "config", "-q")
+        version = run(*compose, "version", "--short").splitlines()[-1]
+        names.append(" ".join([*(Path(part).name for part in compose), version]))
+    return "config -q alone, with spark-cluster and with CURVE: " + ", ".join(names)
+
+
 def _files(pattern: str) -> list[Path]:
     return sorted(p for p in ROOT.glob(pattern) if p.is_file())
 
@@ -128,6 +161,7 @@ def _checks() -> dict[str, Callable[[], str]]:
     for name in VALUE_SETS:
         checks[f"helm/zbus ({name})"] = chart_check(name)
     checks["docker-compose.yml"] = check_compose
+    checks["docker-compose.yml (the machine's Compose)"] = check_system_compose
     checks[DOCKERFILES] = check_dockerfiles
     checks[PROMETHEUS_CONFIGS] = check_prometheus
     return checks
