@@ -81,6 +81,33 @@ def configure_writer(conn: sqlite3.Connection, *, fsync: bool, checkpoint_pages:
     conn.execute(f"PRAGMA wal_autocheckpoint = {int(checkpoint_pages)}")
 
 
+def open_writer(
+    path: Path,
+    cache_kib: int,
+    *,
+    app_id: int,
+    version: int,
+    schema: str,
+    what: str,
+    fsync: bool,
+    checkpoint_pages: int,
+) -> sqlite3.Connection:
+    """A store's writer connection: the file created or checked (:func:`open_schema`) and
+    configured (:func:`configure_writer`); closed again when either fails.
+
+    Raises:
+        StoreError: the file cannot be opened, or it is not this store's.
+    """
+    conn = connect(path, cache_kib, create=True, what=what)
+    try:
+        open_schema(conn, path, app_id=app_id, version=version, schema=schema, what=what)
+        configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def checkpoint(path: Path) -> tuple[int, int]:
     """Copy the WAL into the database without blocking the writer (PASSIVE checkpoint).
 

@@ -39,12 +39,7 @@ import msgpack
 
 from zbus.broker.core.model import Job, JobState, Schedule
 from zbus.common.sqlite import StoreError as StoreError  # re-exported
-from zbus.common.sqlite import (
-    configure_writer,
-    connect,
-    open_schema,
-    transaction,
-)
+from zbus.common.sqlite import connect, open_writer, transaction
 
 SCHEMA_VERSION = 1
 _WHAT = "job store"
@@ -129,20 +124,16 @@ class JobStore:
 
     def __init__(self, path: Path, *, fsync: bool = False, checkpoint_pages: int = 4000) -> None:
         self.path = Path(path)
-        conn = self._conn = connect(self.path, 65_536, create=True, what=_WHAT)
-        try:
-            open_schema(
-                conn,
-                self.path,
-                app_id=APPLICATION_ID,
-                version=SCHEMA_VERSION,
-                schema=_SCHEMA,
-                what=_WHAT,
-            )
-            configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
-        except BaseException:
-            conn.close()
-            raise
+        self._conn = open_writer(
+            self.path,
+            65_536,
+            app_id=APPLICATION_ID,
+            version=SCHEMA_VERSION,
+            schema=_SCHEMA,
+            what=_WHAT,
+            fsync=fsync,
+            checkpoint_pages=checkpoint_pages,
+        )
 
     def _transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return transaction(self._conn, self.path, what)

@@ -23,7 +23,7 @@ from typing import Any
 from zbus.catalog.core.model import NODE_STATES, NodeRecord
 from zbus.common.protocols.dbp import TimeEncoding
 from zbus.common.sqlite import StoreError as StoreError  # re-exported
-from zbus.common.sqlite import configure_writer, connect, open_schema, transaction
+from zbus.common.sqlite import connect, open_writer, transaction
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x7A626367  # "zbcg"
@@ -71,20 +71,16 @@ class RegistryStore:
 
     def __init__(self, path: Path, *, fsync: bool = False) -> None:
         self.path = Path(path)
-        conn = self._conn = connect(self.path, 4096, create=True, what=_WHAT)
-        try:
-            open_schema(
-                conn,
-                self.path,
-                app_id=APPLICATION_ID,
-                version=SCHEMA_VERSION,
-                schema=_SCHEMA,
-                what=_WHAT,
-            )
-            configure_writer(conn, fsync=fsync, checkpoint_pages=1000)
-        except BaseException:
-            conn.close()
-            raise
+        self._conn = open_writer(
+            self.path,
+            4096,
+            app_id=APPLICATION_ID,
+            version=SCHEMA_VERSION,
+            schema=_SCHEMA,
+            what=_WHAT,
+            fsync=fsync,
+            checkpoint_pages=1000,
+        )
 
     def write(self, records: Sequence[NodeRecord]) -> None:
         """Upsert the records by name (a later one for the same name wins) in one

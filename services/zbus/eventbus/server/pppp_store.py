@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from zbus.common.sqlite import StoreError, configure_writer, connect, open_schema, transaction
+from zbus.common.sqlite import StoreError, open_writer, transaction
 
 __all__ = ["APPLICATION_ID", "PositionStore", "StoreError"]
 
@@ -37,20 +37,16 @@ class PositionStore:
 
     def __init__(self, path: Path, *, fsync: bool = False) -> None:
         self.path = Path(path)
-        conn = self._conn = connect(self.path, 2048, create=True, what=_WHAT)
-        try:
-            open_schema(
-                conn,
-                self.path,
-                app_id=APPLICATION_ID,
-                version=SCHEMA_VERSION,
-                schema=_SCHEMA,
-                what=_WHAT,
-            )
-            configure_writer(conn, fsync=fsync, checkpoint_pages=1000)
-        except BaseException:
-            conn.close()
-            raise
+        self._conn = open_writer(
+            self.path,
+            2048,
+            app_id=APPLICATION_ID,
+            version=SCHEMA_VERSION,
+            schema=_SCHEMA,
+            what=_WHAT,
+            fsync=fsync,
+            checkpoint_pages=1000,
+        )
 
     def channels(self) -> list[tuple[str, int, int]]:
         """Every channel with its checkpoint ``(name, cseq, seq)``."""
