@@ -30,8 +30,9 @@ MARK_FILE = "_zbus_archive.json"
 MARK_VERSION = 1
 
 _PART = re.compile(r"part-(\d{20})-(\d{20})\.parquet")
-_TEMP_PREFIX = ".part-"
-_TEMP_SUFFIX = ".tmp"
+# A part being written: renamed into place once whole, removed at start if left over.
+TEMP_PREFIX = ".part-"
+TEMP_SUFFIX = ".tmp"
 
 
 class ArchiveError(Exception):

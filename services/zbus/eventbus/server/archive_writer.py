@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 from zbus.common.archive_schema import ARCHIVE_SCHEMA
 from zbus.common.sqlite import StoreError
 from zbus.eventbus.server.archive_files import (
-    _TEMP_PREFIX,
-    _TEMP_SUFFIX,
     MARK_FILE,
+    TEMP_PREFIX,
+    TEMP_SUFFIX,
     ArchiveError,
     decode_mark,
     encode_mark,
@@ -73,7 +73,7 @@ class _DayFile:
     def __init__(self, fs: pafs.FileSystem, root: str, day: str) -> None:
         self.fs = fs
         self.dir = f"{root}/{partition_dir(day)}"
-        self.temp = f"{self.dir}/{_TEMP_PREFIX}{uuidlib.uuid4().hex}{_TEMP_SUFFIX}"
+        self.temp = f"{self.dir}/{TEMP_PREFIX}{uuidlib.uuid4().hex}{TEMP_SUFFIX}"
         self.first = self.last = 0  # 0: no row yet (sequences start at 1)
         self.buffered: list[pa.Table] = []
         self.rows = 0
@@ -207,7 +207,7 @@ class ArchiveWriter:
                 continue
             span = parse_part_name(name)
             stale = span is not None and span[0] > mark
-            if stale or (name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX)):
+            if stale or (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)):
                 # Written by a flush that did not get to write its mark.
                 log.warning("archive: removing an unrecorded file", extra={"file": info.path})
                 fs.delete_file(info.path)
