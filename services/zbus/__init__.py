@@ -49,9 +49,8 @@ from zbus.catalog.client.node import (
 )
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.security import KeyPair, client_keys, generate_keys, load_keys
-from zbus.common.settings import ConfigError
 from zbus.common.version import __version__
-from zbus.errors import ZbusError
+from zbus.errors import ConfigError, ZbusError
 from zbus.eventbus.client import (
     AsyncEventBusClient,
     AsyncPPPPSubscriber,
