@@ -1,15 +1,21 @@
-"""The installed package: one top-level `zbus`, a public API, and no import cycles."""
+"""The installed package: one top-level `zbus`, a public API, a light import, and no
+import cycles."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import grimp
+import pytest
 
 import zbus
+import zbus.common.settings
+import zbus.errors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,15 +107,111 @@ def test_the_pppp_client_is_public() -> None:
     assert issubclass(zbus.PositionStoreError, OSError)
 
 
-def test_import_zbus_loads_no_server_framework() -> None:
+#: What no client import may load: the services' frameworks, storage and data stacks.
+HEAVY = (
+    "pydantic",
+    "pydantic_settings",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "prometheus_client",
+    "sqlite3",
+    "pyarrow",
+    "pyspark",
+    "httpx",
+    "rich",
+    "shtab",
+)
+
+
+def _loaded_after(statement: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``statement``."""
+    code = f"import sys\n{statement}\nprint(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def _heavy_in(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import zbus",
+        "import zbus.eventbus.client",
+        "import zbus.broker.client",
+        "import zbus.catalog.client",
+        "from zbus import *",
+    ],
+)
+def test_a_client_import_loads_no_server_framework(statement: str) -> None:
+    assert _heavy_in(_loaded_after(statement)) == []
+
+
+def test_the_heavy_check_sees_a_heavy_import() -> None:
+    heavy = _heavy_in(_loaded_after("import zbus.common.settings"))
+    assert {"pydantic", "pydantic_settings"} <= {m.split(".")[0] for m in heavy}
+
+
+def test_import_zbus_loads_no_client_and_no_asyncio() -> None:
+    # `import zbus` must cost at most 2x `import zmq, msgpack` (tests/bench/bench_import.py
+    # measures it). asyncio with zmq.asyncio alone costs about that much, and the clients'
+    # codecs and cores about 3x, so each client is imported at the first use of its names.
+    loaded = _loaded_after("import zbus")
+    assert "asyncio" not in loaded
+    assert sorted(m for m in loaded if ".client" in m) == []
+    assert {"zmq", "zbus.errors", "zbus.common.security"} <= loaded
+
+
+def _public_api_source() -> tuple[set[str], dict[str, str], dict[str, str]]:
+    """From zbus/__init__.py: the names imported at once, those the TYPE_CHECKING block
+    imports (name -> module), and the table of names imported at first use."""
+    tree = ast.parse(Path(zbus.__file__).read_text())
+    eager: set[str] = set()
+    typed: dict[str, str] = {}
+    table: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("zbus"):
+            eager.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for child in node.body:
+                assert isinstance(child, ast.ImportFrom) and child.module
+                typed.update((alias.name, child.module) for alias in child.names)
+        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "_CLIENTS":
+            table = ast.literal_eval(node.value)
+    return eager, typed, table
+
+
+def test_the_lazy_names_are_the_typed_names() -> None:
+    eager, typed, table = _public_api_source()
+    assert table and typed == table
+    assert eager.isdisjoint(table)
+    assert eager | set(table) == set(zbus.__all__)
+    for name, module in table.items():
+        assert getattr(zbus, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_every_public_name_imports_in_a_fresh_interpreter() -> None:
     code = (
-        "import sys, zbus\n"
-        "heavy = ('fastapi', 'uvicorn', 'pyspark', 'sqlite3', 'pyarrow',\n"
-        "         'rich', 'shtab', 'httpx')\n"
-        "print(','.join(m for m in heavy if m in sys.modules))\n"
+        "import zbus\n"
+        "from zbus import *\n"
+        "missing = [n for n in zbus.__all__ if n not in globals()]\n"
+        "missing += [n for n in zbus.__all__ if n not in dir(zbus)]\n"
+        "print(' '.join(missing) or 'ok')\n"
+        "try:\n"
+        "    zbus.NoSuchName\n"
+        "except AttributeError:\n"
+        "    print('AttributeError')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert out.stdout.split() == ["ok", "AttributeError"]
+
+
+def test_config_error_is_one_class_wherever_it_is_imported_from() -> None:
+    assert zbus.ConfigError is zbus.errors.ConfigError is zbus.common.settings.ConfigError
+    assert issubclass(zbus.ConfigError, zbus.ZbusError)
+    assert issubclass(zbus.ConfigError, ValueError)
 
 
 def test_the_wheel_installs_only_the_zbus_package(tmp_path: Path) -> None:

@@ -18,9 +18,8 @@ from typing import Any, TypeAlias
 import zmq
 import zmq.auth
 import zmq.utils.z85
-from zmq.auth.thread import ThreadAuthenticator
 
-from zbus.common.settings import ConfigError
+from zbus.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +139,10 @@ class ZapAllowList:
     User-Id is the client's public key in Z85 (see :func:`peer_key`)."""
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], allowed_dir: Path) -> None:
+        # Imported here, not at the top: zmq.auth.thread imports asyncio, and the clients
+        # (which import this module for their keys) must not pay for what only servers use.
+        from zmq.auth.thread import ThreadAuthenticator
+
         self.keys = allowed_keys(allowed_dir)
         self._auth = ThreadAuthenticator(ctx, log=logging.getLogger("zbus.zap"))
         self._dir = allowed_dir

@@ -17,11 +17,10 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from zbus.common.endpoints import parse_tcp_endpoint
-from zbus.errors import ZbusError
 
-
-class ConfigError(ZbusError, ValueError):
-    """A configuration value that cannot be used; the message says which and why."""
+# ConfigError is defined in zbus.errors (free of pydantic, so clients can raise it);
+# it stays importable from here, where the services have always taken it.
+from zbus.errors import ConfigError as ConfigError
 
 
 class ServiceSettings(BaseSettings):
