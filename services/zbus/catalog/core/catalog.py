@@ -68,23 +68,8 @@ from zbus.catalog.core.model import (
     NodeState,
     Outgoing,
 )
-from zbus.common.protocols.dbp import (
-    HERMES,
-    SPEC,
-    Approved,
-    Awk,
-    DBPCommand,
-    Denied,
-    Dialect,
-    Disconnect,
-    Heartbeat,
-    InfoReply,
-    InfoRequest,
-    JSONObject,
-    Registration,
-    TimeEncoding,
-    Update,
-)
+from zbus.common.protocols import dbp
+from zbus.common.protocols.dbp import HERMES, SPEC, DBPCommand, Dialect, JSONObject, TimeEncoding
 
 __all__ = ["COUNTERS", "CatalogConfig", "CatalogCore", "NodeRecord", "Outgoing"]
 
@@ -221,7 +206,7 @@ class CatalogCore:
         """One command from the ROUTER. ``peer_key`` is the peer's CURVE public key when
         the socket is a CURVE server (checked against ``config.allowed_keys``)."""
         node = self._by_identity.get(identity)
-        if type(cmd) is Heartbeat:
+        if type(cmd) is dbp.Heartbeat:
             if node is None:
                 # Unknown identity: a node from before a restart, or never registered.
                 self.counters["heartbeats_unknown"] += 1
@@ -229,25 +214,25 @@ class CatalogCore:
                 return
             self.counters["heartbeats_tcp"] += 1
             self._heard(node, now, wall)
-        elif type(cmd) is Registration:
+        elif type(cmd) is dbp.Registration:
             self._register(identity, cmd, now, wall, peer_key)
-        elif type(cmd) is InfoRequest:
+        elif type(cmd) is dbp.InfoRequest:
             self.counters["info_requests"] += 1
             if node is not None:
                 self._heard(node, now, wall)
-            reply = InfoReply(self._info(cmd), wall, _enc(cmd))
+            reply = dbp.InfoReply(self._info(cmd), wall, _enc(cmd))
             self._send(identity, reply)
-        elif type(cmd) is Update and node is not None:
+        elif type(cmd) is dbp.Update and node is not None:
             self._update(identity, node, cmd, now, wall)
-        elif type(cmd) is Update and (target := self._hermes_node(cmd)) is not None:
+        elif type(cmd) is dbp.Update and (target := self._hermes_node(cmd)) is not None:
             # Hermes sends UPDATE on a new socket and names the node in the body.
             if target.key is not None and peer_key != target.key:
                 self.counters["updates_denied_policy"] += 1
                 reason = NOT_ALLOWED_UPDATE.format(name=target.record.name)
-                self._send(identity, Denied((reason,), wall, _enc(cmd)))
+                self._send(identity, dbp.Denied((reason,), wall, _enc(cmd)))
             else:
                 self._update(identity, target, cmd, now, wall)
-        elif type(cmd) is Disconnect:
+        elif type(cmd) is dbp.Disconnect:
             self.counters["disconnects_received"] += 1
             if node is not None:
                 # "it MUST send no further commands to that service node"
@@ -262,20 +247,25 @@ class CatalogCore:
                 self._remove(node)
 
     def udp_heartbeat(
-        self, address: tuple[str, int], cmd: Heartbeat | Disconnect, now: float, *, wall: float
+        self,
+        address: tuple[str, int],
+        cmd: dbp.Heartbeat | dbp.Disconnect,
+        now: float,
+        *,
+        wall: float,
     ) -> None:
         """One datagram from the UDP heartbeat socket. A HEARTBEAT names its node; a
         DISCONNECT has no name and applies to the node whose heartbeats come from
         ``address``. UDP cannot be answered here; unknown names are counted."""
         where = f"{address[0]}:{address[1]}"
-        if type(cmd) is Disconnect:
+        if type(cmd) is dbp.Disconnect:
             for name in list(self._by_address.get(where, ())):
                 peer = self._by_name.get(name)
                 if peer is not None and peer.confirmed and peer.record.address == where:
                     self.counters["disconnects_received"] += 1
                     self._remove(peer)
             return
-        assert type(cmd) is Heartbeat
+        assert type(cmd) is dbp.Heartbeat
         node = self._by_name.get(cmd.service)
         if node is None or not node.confirmed:
             self.counters["heartbeats_unknown"] += 1
@@ -335,7 +325,7 @@ class CatalogCore:
                 if node.confirmed and not node.hermes and node.record.state != "inactive":
                     rec = node.record
                     self.counters["heartbeats_sent"] += 1
-                    self._send(rec.identity, Heartbeat(cfg.name, wall, rec.time_encoding))
+                    self._send(rec.identity, dbp.Heartbeat(cfg.name, wall, rec.time_encoding))
             self._schedule(node)
         return False
 
@@ -357,7 +347,12 @@ class CatalogCore:
     # ------------------------------------------------------------------ dialog
 
     def _register(
-        self, identity: bytes, cmd: Registration, now: float, wall: float, peer_key: bytes | None
+        self,
+        identity: bytes,
+        cmd: dbp.Registration,
+        now: float,
+        wall: float,
+        peer_key: bytes | None,
     ) -> None:
         cfg = self.config
         info, reasons = registration.check(cmd.info)
@@ -381,7 +376,7 @@ class CatalogCore:
                 reason_key = "name_taken"
         if reasons:
             self.counters[f"registrations_denied_{reason_key}"] += 1
-            self._send(identity, Denied(tuple(reasons), wall, _enc(cmd)))
+            self._send(identity, dbp.Denied(tuple(reasons), wall, _enc(cmd)))
             return
         previous = self._by_identity.get(identity)
         if previous is not None and previous.record.name != name:
@@ -422,16 +417,18 @@ class CatalogCore:
             "heartbeat_misses": cfg.heartbeat_misses,
             "udp_heartbeat": cfg.udp_port,
         }
-        self._send(identity, Approved(instructions, wall, _enc(cmd)))
+        self._send(identity, dbp.Approved(instructions, wall, _enc(cmd)))
 
-    def _hermes_node(self, cmd: Update) -> _Node | None:
+    def _hermes_node(self, cmd: dbp.Update) -> _Node | None:
         """The node a Hermes UPDATE from an unknown connection names, if it registered
         in float32 with this run."""
         name = cmd.changes.get("name")
         node = self._by_name.get(name) if isinstance(name, str) else None
         return node if node is not None and node.hermes and node.confirmed else None
 
-    def _update(self, identity: bytes, node: _Node, cmd: Update, now: float, wall: float) -> None:
+    def _update(
+        self, identity: bytes, node: _Node, cmd: dbp.Update, now: float, wall: float
+    ) -> None:
         rec = node.record
         if cmd.changes.get("name", rec.name) != rec.name:
             reasons = ["malformed: an UPDATE cannot change the name; register again"]
@@ -440,15 +437,15 @@ class CatalogCore:
         if reasons:
             # Nothing of a refused UPDATE is kept; the node stays as it was.
             self.counters["updates_denied"] += 1
-            self._send(identity, Denied(tuple(reasons), wall, _enc(cmd)))
+            self._send(identity, dbp.Denied(tuple(reasons), wall, _enc(cmd)))
             self._heard(node, now, wall)
             return
         self.counters["updates"] += 1
         node.record = replace(rec, info=info)
         self._heard(node, now, wall, changed=True)
-        self._send(identity, Awk(wall, _enc(cmd)))
+        self._send(identity, dbp.Awk(wall, _enc(cmd)))
 
-    def _info(self, cmd: InfoRequest) -> JSONObject:
+    def _info(self, cmd: dbp.InfoRequest) -> JSONObject:
         """The REPLY body. Seed 004: "The information request is either a specified
         services name or a list of currently active services available. Information
         that is not available should be responded with by an inactive warning.\"
@@ -519,7 +516,7 @@ class CatalogCore:
 
     def _disconnect(self, identity: bytes, encoding: TimeEncoding | None, wall: float) -> None:
         self.counters["disconnects_sent"] += 1
-        self._send(identity, Disconnect(wall, encoding))
+        self._send(identity, dbp.Disconnect(wall, encoding))
 
     def _heard(self, node: _Node, now: float, wall: float, *, changed: bool = False) -> None:
         """Any command but DISCONNECT acts as a heartbeat (seed 004, "Heartbeating")."""
