@@ -430,8 +430,10 @@ class CatalogService(Service):
 
         # Called by the base class's constructor: the dashboard's parts are made here.
         self.history = History(self.settings.history_interval)
-        self.proxy = AdminProxy(self.cluster_targets, self.registry)
-        self.sampler = Sampler(self.history, self.cluster_targets, self.registry.collect)
+        self.proxy = AdminProxy(self.cluster_targets, self.registry, clock=self.clock)
+        self.sampler = Sampler(
+            self.history, self.cluster_targets, self.registry.collect, clock=self.clock
+        )
         dashboard.mount(app)
         dashboard_api.add_routes(app, self.history, self.proxy, TokenRequired)
 
