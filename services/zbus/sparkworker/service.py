@@ -139,6 +139,7 @@ class SparkWorkerService(Service):
             # Most of the shutdown deadline for running jobs; the rest for the session.
             drain_timeout=settings.shutdown_timeout * 0.7,
             context=self.ctx,
+            clock=self.clock,
         )
         self.announcer: Announcer | None = None
         self.poller: ProgressPoller | None = None
