@@ -176,7 +176,6 @@ class CatalogNode(InfoRequests, StartStop):
             backoff=backoff,
         )
         # The core's own objects, which it changes in place.
-        self.info: JSONObject = self.core.info
         #: Configuration from the last APPROVED.
         self.config: JSONObject = self.core.config
         self.counters: dict[str, int] = self.core.counters
@@ -200,6 +199,16 @@ class CatalogNode(InfoRequests, StartStop):
         self._pending: asyncio.Future[JSONObject] | None = None
 
     # ------------------------------------------------------------------ public API
+
+    @property
+    def info(self) -> JSONObject:
+        """The REGISTRATION body, every acknowledged UPDATE merged in; a new one set here
+        goes with the next registration."""
+        return self.core.info
+
+    @info.setter
+    def info(self, value: JSONObject) -> None:
+        self.core.info = value
 
     @property
     def heartbeat_interval(self) -> float:
