@@ -9,7 +9,9 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from zbus.broker.server.metrics import BrokerMetrics
+from zbus.common.clock import ManualClock
 from zbus.dashboard.history import MAX_QUEUES, History, Totals, totals_from_metrics
+from zbus.dashboard.sampler import Sampler
 from zbus.eventbus.server.metrics import BusMetrics
 
 
@@ -135,3 +137,19 @@ def test_a_wall_clock_step_moves_the_chart_times_and_no_rate() -> None:
     points = history.view()["points"]
     assert points["time"] == [1_700_000_005.0, 1_700_003_610.0, 1_699_996_415.0]
     assert points["events_per_s"] == [None, 20.0, 20.0]
+
+
+async def test_the_sampler_reads_both_clocks_of_its_clock() -> None:
+    registry = CollectorRegistry()
+    events = Counter("zbus_eventbus_events_stored", "stored", registry=registry)
+    clock = ManualClock(start=1_700_000_000.0)
+    history = History(interval=5)
+    sampler = Sampler(history, list, registry.collect, clock=clock)
+    await sampler.sample()
+    events.inc(50)
+    clock.advance(5.0)
+    clock.step(-3600.0)  # the chart shows the wall time; the rate is over 5 s all the same
+    await sampler.sample()
+    points = history.view()["points"]
+    assert points["time"] == [1_700_000_000.0, 1_699_996_405.0]
+    assert points["events_per_s"] == [None, 10.0]
