@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zbus.common.clock import ManualClock
+from zbus.common.clock import ManualClock, SteppableClock
 from zbus.common.logs import JsonFormatter
 from zbus.common.settings import ConfigError, ServiceSettings
 
@@ -92,6 +92,22 @@ def test_manual_clock_moves_only_forward_when_told() -> None:
     assert (clock.time(), clock.monotonic()) == (102.5, 2.5)
     with pytest.raises(ValueError, match="does not go back"):
         clock.advance(-1)
+
+
+def test_manual_clock_steps_wall_time_either_way_and_leaves_monotonic_time() -> None:
+    clock = ManualClock(start=100.0)
+    clock.step(3600.0)
+    assert (clock.time(), clock.monotonic()) == (3700.0, 0.0)
+    clock.step(-7200.0)
+    assert (clock.time(), clock.monotonic()) == (-3500.0, 0.0)
+
+
+def test_steppable_clock_moves_wall_time_only() -> None:
+    clock = SteppableClock()
+    mono, wall = clock.monotonic(), clock.time()
+    clock.step(-3600.0)
+    assert clock.time() < wall - 3500.0
+    assert mono <= clock.monotonic() < mono + 60.0
 
 
 def test_recv_frames_takes_one_whole_message_as_send_frames_sent_it() -> None:

@@ -37,6 +37,8 @@ class LogLimiter:
         self.suppressed = 0
 
     def allow(self, now: float) -> bool:
+        """Whether a line may be logged at ``now`` (seconds on any clock that does not go
+        back; a monotonic one)."""
         second = float(int(now))
         if second != self._window:
             self._window, self._used = second, 0

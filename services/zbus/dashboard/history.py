@@ -169,9 +169,17 @@ class History:
         now: float,
         totals: Mapping[str, Totals],
         errors: Mapping[str, str | None] | None = None,
+        *,
+        wall: float,
     ) -> None:
-        """Add one sample: each service's totals at ``now`` (Unix seconds); ``errors``
-        says why a service has no totals this time."""
+        """Add one sample: each service's totals at ``now``; ``errors`` says why a
+        service has no totals this time.
+
+        Args:
+            now: monotonic time of the sample: rates and the window are measured on it,
+                so a step of the wall clock makes no rate jump.
+            wall: its wall time (Unix seconds): the point's time on the charts.
+        """
         sums = dict.fromkeys(SERIES, 0.0)
         measured = dict.fromkeys(SERIES, False)
         for name, new in list(totals.items())[:MAX_SERVICES]:
@@ -208,7 +216,9 @@ class History:
             self.queue_rates.pop(name, None)
             self.topic_rates.pop(name, None)
         self.errors = dict(errors or {})
-        self.points.append((now, *(round(sums[k], 3) if measured[k] else math.nan for k in SERIES)))
+        self.points.append(
+            (wall, *(round(sums[k], 3) if measured[k] else math.nan for k in SERIES))
+        )
 
     def view(self) -> dict[str, Any]:
         """The points (one list per series, ``null`` where nothing was measured) and

@@ -27,7 +27,6 @@ import asyncio
 import json
 import logging
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ from urllib.parse import quote
 import httpx
 from prometheus_client import CollectorRegistry, Counter
 
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.rejects import LogLimiter
 from zbus.dashboard.cluster import ClusterTarget
 
@@ -122,6 +122,7 @@ class AdminProxy:
         targets: the registered services, asked at each request.
         registry: where the request counter goes.
         timeout: seconds for one forwarded request.
+        clock: its monotonic time paces the log lines of refusals.
     """
 
     def __init__(
@@ -130,8 +131,10 @@ class AdminProxy:
         registry: CollectorRegistry,
         *,
         timeout: float = PROXY_TIMEOUT,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.targets = targets
+        self.clock = clock
         self.timeout = timeout
         self.requests = Counter(
             "zbus_catalog_proxy_requests",
@@ -145,7 +148,7 @@ class AdminProxy:
 
     def _refuse(self, outcome: str, status: int, detail: str, **extra: Any) -> ProxyAnswer:
         self.requests.labels(outcome).inc()
-        if self._limiter.allow(time.time()):
+        if self._limiter.allow(self.clock.monotonic()):
             log.warning("proxy request not forwarded", extra={"detail": detail, **extra})
         return ProxyAnswer(status, {"detail": detail})
 

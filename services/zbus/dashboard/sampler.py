@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 
 import httpx
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.dashboard.cluster import ClusterTarget
 from zbus.dashboard.history import MAX_SERVICES, MAX_TOPICS, History, Totals, totals_from_metrics
 
@@ -45,7 +45,7 @@ class Sampler:
         history: where the samples go.
         targets: the registered services, asked at each round.
         local: the catalog's own metric families.
-        clock: wall-clock time of a sample (Unix seconds).
+        clock: the time of a sample: monotonic for rates, wall for the charts.
     """
 
     def __init__(
@@ -53,7 +53,7 @@ class Sampler:
         history: History,
         targets: Callable[[], Sequence[ClusterTarget]],
         local: Callable[[], Iterable[Metric]],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.history = history
         self.targets = targets
@@ -102,7 +102,7 @@ class Sampler:
             else:
                 totals[target.name] = answer
                 errors[target.name] = None
-        self.history.record(self.clock(), totals, errors)
+        self.history.record(self.clock.monotonic(), totals, errors, wall=self.clock.time())
         self.rounds += 1
 
     async def _ask(self, client: httpx.AsyncClient, target: ClusterTarget) -> Totals:

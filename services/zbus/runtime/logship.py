@@ -32,6 +32,7 @@ from typing import Any
 
 import zmq
 
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.logs import STANDARD_ATTRIBUTES
 from zbus.common.security import KeyPair, check_client
 from zbus.eventbus.client import EndpointsArg, EventBusClient
@@ -91,6 +92,7 @@ class LogShipper(logging.Handler):
         curve: ``(the service's key pair, the bus's public key)`` for a bus that runs
             CURVE (:meth:`Service.curve_client
             <zbus.runtime.service.Service.curve_client>` gives it).
+        clock: its monotonic time bounds :meth:`close` (default: the machine's).
 
     Raises:
         ValueError: a bad service name or option.
@@ -107,6 +109,7 @@ class LogShipper(logging.Handler):
         send_timeout: float = 1.0,
         level: int = logging.NOTSET,
         curve: tuple[KeyPair, bytes] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not service or "/" in service:
             raise ValueError(f"a service name is non-empty and has no '/': {service!r}")
@@ -119,6 +122,7 @@ class LogShipper(logging.Handler):
         self.topic = LOG_TOPIC_PREFIX + service
         self.endpoints = endpoints
         self.curve = curve
+        self.clock = clock
         self.capacity = capacity
         self.batch_size = batch_size
         self.send_timeout = send_timeout
@@ -172,11 +176,11 @@ class LogShipper(logging.Handler):
         """Stop taking records and publish what is queued, for at most ``timeout`` s."""
         logging.getLogger().removeHandler(self)
         if not self._closing:
-            self._deadline = time.monotonic() + timeout
+            self._deadline = self.clock.monotonic() + timeout
             self._closing = True
             self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(max(0.0, self._deadline - time.monotonic()) + 0.1)
+            self._thread.join(max(0.0, self._deadline - self.clock.monotonic()) + 0.1)
         super().close()
 
     # ------------------------------------------------------------------ the thread
@@ -209,7 +213,7 @@ class LogShipper(logging.Handler):
                 self._wake.clear()
                 while self._queue and not self._closing:
                     failing = self._send(client, self._take(), False, failing)
-            while self._queue and time.monotonic() < self._deadline:
+            while self._queue and self.clock.monotonic() < self._deadline:
                 batch = self._take()
                 last = not self._queue
                 failing = self._send(client, batch, last, failing)
@@ -225,7 +229,7 @@ class LogShipper(logging.Handler):
         """Publish ``batch``; the new "failing" state (a warning when it begins)."""
         timeout = self.send_timeout
         if self._closing:
-            timeout = max(0.001, min(timeout, self._deadline - time.monotonic()))
+            timeout = max(0.001, min(timeout, self._deadline - self.clock.monotonic()))
         topic = self.topic
         try:
             client.publish_many(

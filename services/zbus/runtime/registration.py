@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from zbus.catalog.client.node import CatalogNode, RegistrationDenied
+from zbus.common.clock import Clock
 from zbus.common.security import CurveClient
 
 
@@ -36,6 +37,8 @@ class RegisteredService(Protocol):
     def admin_url(self) -> str | None: ...
     @property
     def settings(self) -> NodeSettings: ...
+    @property
+    def clock(self) -> Clock: ...
     def info(self) -> dict[str, Any]: ...
     def curve_client(self, server_key: Path | None) -> CurveClient | None: ...
 
@@ -80,6 +83,7 @@ class CatalogRegistration:
             node_info(service),
             heartbeat_interval=HEARTBEAT_INTERVAL,
             curve=service.curve_client(service.settings.catalog_public_key),
+            clock=service.clock,
         )
 
     @property

@@ -14,7 +14,6 @@ import collections
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from typing import Any, Literal, TypeAlias
 
 from pyspark import SparkContext, StatusTracker
 
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.threads import EssentialThread
 
 __all__ = ["JobBoard", "JobRecord", "Progress", "ProgressPoller", "read_progress", "settle"]
@@ -137,16 +137,23 @@ class JobRecord:
 
 
 class JobBoard:
-    """Running jobs and the last ``history`` finished ones; safe from any thread."""
+    """Running jobs and the last ``history`` finished ones; safe from any thread.
 
-    def __init__(self, history: int = 100) -> None:
+    ``clock`` gives a job's start as wall time (shown) and its duration on the monotonic
+    clock.
+    """
+
+    def __init__(self, history: int = 100, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self._lock = threading.Lock()
         self._running: dict[str, JobRecord] = {}
         self._finished: collections.deque[JobRecord] = collections.deque(maxlen=history)
 
     def begin(self, job_id: str, job: str) -> None:
         with self._lock:
-            self._running[job_id] = JobRecord(job_id, job, time.time(), time.monotonic())
+            self._running[job_id] = JobRecord(
+                job_id, job, self.clock.time(), self.clock.monotonic()
+            )
 
     def update(self, job_id: str, progress: Progress) -> dict[str, Any] | None:
         """Record ``progress``; the job's view when it changed, else ``None``."""
@@ -155,7 +162,7 @@ class JobBoard:
             if record is None or record.progress == progress:
                 return None
             record.progress = progress
-            return record.view(time.monotonic())
+            return record.view(self.clock.monotonic())
 
     def finish(
         self,
@@ -174,12 +181,12 @@ class JobBoard:
             if record is None:
                 return None
             record.state = state
-            record.seconds = time.monotonic() - record.started
+            record.seconds = self.clock.monotonic() - record.started
             record.error = error
             record.output = output
             record.result_preview = preview
             self._finished.appendleft(record)
-            return record.view(time.monotonic())
+            return record.view(self.clock.monotonic())
 
     @property
     def running_ids(self) -> list[str]:
@@ -191,7 +198,7 @@ class JobBoard:
         return len(self._running)
 
     def get(self, job_id: str) -> dict[str, Any] | None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             record = self._running.get(job_id)
             if record is None:
@@ -200,7 +207,7 @@ class JobBoard:
 
     def view(self) -> dict[str, list[dict[str, Any]]]:
         """Running jobs (oldest first) and finished ones (newest first)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             return {
                 "running": [r.view(now) for r in self._running.values()],

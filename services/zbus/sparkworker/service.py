@@ -123,10 +123,11 @@ class SparkWorkerService(Service):
                 settings.spark_conf_map(),
                 settings.host,
                 settings.spark_app_name,
-            )
+            ),
+            clock=self.clock,
         )
         self.jobs = JobRegistry()
-        self.board = JobBoard(settings.job_history)
+        self.board = JobBoard(settings.job_history, clock=self.clock)
         self._entry_points = entry_points
         self._bus: BusEndpoints | str | None = bus or settings.eventbus_endpoint or None
         self.worker = Worker(
@@ -138,6 +139,7 @@ class SparkWorkerService(Service):
             # Most of the shutdown deadline for running jobs; the rest for the session.
             drain_timeout=settings.shutdown_timeout * 0.7,
             context=self.ctx,
+            clock=self.clock,
         )
         self.announcer: Announcer | None = None
         self.poller: ProgressPoller | None = None

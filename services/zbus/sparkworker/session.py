@@ -18,12 +18,12 @@ import os
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.sparkworker.archive import SESSION_CONF, require_session_conf
 from zbus.sparkworker.datasource import register as register_datasource
 
@@ -104,9 +104,16 @@ class SparkSessionManager:
 
     Args:
         source: a session to adopt, or a function building one.
+        clock: its monotonic time gives the session's uptime.
     """
 
-    def __init__(self, source: SparkSession | Callable[[], SparkSession]) -> None:
+    def __init__(
+        self,
+        source: SparkSession | Callable[[], SparkSession],
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.clock = clock
         if isinstance(source, SparkSession):
             self.adopted = True
             self._factory: Callable[[], SparkSession] | None = None
@@ -138,7 +145,7 @@ class SparkSessionManager:
         return self._session if self._up else None
 
     def uptime(self) -> float | None:
-        return None if self.started_at is None else time.monotonic() - self.started_at
+        return None if self.started_at is None else self.clock.monotonic() - self.started_at
 
     def info(self) -> dict[str, Any]:
         """What the admin API shows; reads plain fields only."""
@@ -237,7 +244,7 @@ class SparkSessionManager:
         self.master = sc.master or ""
         self.app_id = sc.applicationId
         self.version = spark.version
-        self.started_at = time.monotonic()
+        self.started_at = self.clock.monotonic()
         self.error = None
         self._up = True
         log.info(

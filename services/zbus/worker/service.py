@@ -121,6 +121,7 @@ class WorkerService(Service):
             # Leave part of the shutdown deadline for the KBYE and closing.
             drain_timeout=settings.shutdown_timeout * 0.8,
             context=self.ctx,
+            clock=self.clock,
         )
         self.worker.register_builtins()
         self._modules = _csv(settings.import_jobs)

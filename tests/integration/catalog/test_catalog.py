@@ -18,15 +18,19 @@ from tests.support.waiting import UNIT, async_wait_for
 from zbus.catalog.client.node import CatalogNode
 from zbus.catalog.server.config import CatalogSettings
 from zbus.catalog.server.service import CatalogService
+from zbus.common.clock import Clock
 from zbus.common.protocols import dbp
 
 
 @asynccontextmanager
-async def running_catalog(data_dir: Path, **settings: Any) -> AsyncIterator[CatalogService]:
+async def running_catalog(
+    data_dir: Path, clock: Clock | None = None, **settings: Any
+) -> AsyncIterator[CatalogService]:
     service = CatalogService(
         CatalogSettings(
             **{"port": 0, "udp_port": 0, "beacon_port": 0, "data_dir": data_dir, **settings}
-        )
+        ),
+        clock=clock,
     )
     task = asyncio.create_task(service.run())
 

@@ -34,7 +34,7 @@ KEY_B = b"\x0b" * 32
 
 def hermes(c: CatalogCore, cmd: Any, identity: bytes, now: float = T0, **kw: Any) -> Outgoing:
     """``cmd`` as Hermes writes it (float32 time, its JSON), decoded as the wiring does."""
-    c.tcp_message(identity, decode(encode(cmd, HERMES)), now, **kw)
+    c.tcp_message(identity, decode(encode(cmd, HERMES)), now, wall=now, **kw)
     [out] = c.take_outbox()
     return out
 
@@ -64,7 +64,7 @@ def test_an_update_by_name_is_only_for_nodes_registered_in_hermes_dialect() -> N
     c = core()
     register(c, A)  # zbus's own dialect: UPDATE belongs on its connection
     c.take_changes()
-    c.tcp_message(B, Update({"name": "resizer", "port": 7000}, T0 + 1), T0 + 1)
+    c.tcp_message(B, Update({"name": "resizer", "port": 7000}, T0 + 1), T0 + 1, wall=T0 + 1)
     assert c.take_outbox() == [Outgoing(B, Disconnect(T0 + 1, TimeEncoding.ASCII))]
     assert c.take_changes() == [] and c.nodes()[0].info["port"] == 5555
     # A name nobody registered: DISCONNECT, as before.
@@ -113,7 +113,7 @@ def test_a_hermes_client_gets_replies_in_its_shape() -> None:
     unknown = hermes_ask(c, "Gondor")
     assert list(unknown) == ["Error"] and "Gondor" in unknown["Error"]
     # Inactive: an error too (the spec's "inactive warning").
-    c.tick(T0 + 3 * 3.0)
+    c.tick(T0 + 3 * 3.0, wall=T0 + 3 * 3.0)
     c.take_outbox()
     assert list(hermes_ask(c, "thumbs")) == ["Error"]
     assert "thumbs" not in hermes_ask(c, "*")
@@ -122,7 +122,7 @@ def test_a_hermes_client_gets_replies_in_its_shape() -> None:
 def test_a_zbus_client_still_gets_zbus_replies() -> None:
     c = core()
     hermes_register(c, A)
-    c.tcp_message(C, InfoRequest("Rohan", T0), T0)
+    c.tcp_message(C, InfoRequest("Rohan", T0), T0, wall=T0)
     [out] = c.take_outbox()
     assert isinstance(out.command, InfoReply)
     assert out.command.info["service"] == "Rohan" and out.command.info["state"] == "active"
@@ -229,7 +229,7 @@ def test_an_update_out_of_range_is_denied_and_never_stored(changes: dict[str, An
     c = core()
     register(c, A)
     c.take_changes()
-    c.tcp_message(A, Update({"name": "resizer", **changes}, T0 + 1), T0 + 1)
+    c.tcp_message(A, Update({"name": "resizer", **changes}, T0 + 1), T0 + 1, wall=T0 + 1)
     [out] = c.take_outbox()
     assert isinstance(out.command, Denied), out.command
     assert c.take_changes() == [] and c.nodes()[0].info == info()
@@ -240,7 +240,7 @@ def test_an_update_in_a_spec_readers_words_is_stored_canonically() -> None:
     c = core()
     register(c, A)
     c.take_changes()
-    c.tcp_message(A, Update({"heartbeat": "1.5", "port": "7001"}, T0 + 1), T0 + 1)
+    c.tcp_message(A, Update({"heartbeat": "1.5", "port": "7001"}, T0 + 1), T0 + 1, wall=T0 + 1)
     assert isinstance(c.take_outbox()[0].command, Awk)
     [rec] = c.take_changes()
     assert rec.info == info(port=7001, heartbeat_interval=1.5)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from zbus.catalog.client.base import _udp_target, catalog_silence, read_instructions
+from zbus.catalog.client.base import catalog_silence, read_instructions, udp_target
 from zbus.catalog.client.info import ServiceInfo, read_list, read_one
 from zbus.catalog.client.node import CatalogNode, CatalogReplyError
 from zbus.common.protocols.dbp import HERMES, SPEC
@@ -55,7 +55,7 @@ def test_approved_instructions_out_of_range_are_not_trusted(
     "value", ["h:" + "9" * 5000, "h:\u00b2", "h:70000", "h:0", 0, 65536, [1, 2], ["h", "x"]]
 )
 def test_an_unusable_udp_heartbeat_address_is_ignored(value: Any) -> None:
-    assert _udp_target("tcp://127.0.0.1:5246", value) is None
+    assert udp_target("tcp://127.0.0.1:5246", value) is None
 
 
 def test_node_settings_have_ranges() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, Unpack
@@ -22,6 +21,7 @@ from zbus.broker.client.base import (
 )
 from zbus.broker.client.errors import BrokerUnavailable
 from zbus.broker.client.tracker import _rejected, _Tracker
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.security import KeyPair
 from zbus.common.wire import send_frames
 
@@ -42,6 +42,7 @@ class BrokerClient:
             that runs CURVE (see :mod:`zbus.common.security`). A broker with a ZAP
             allow-list that does not list the client's key fails the handshake, and the
             client sees no ACK: :class:`BrokerUnavailable`.
+        clock: its monotonic time bounds the waits (default: the machine's).
 
     The submit methods take the keyword options of :class:`JobOptions`.
 
@@ -57,8 +58,10 @@ class BrokerClient:
         max_results: int = 100_000,
         context: zmq.Context[Any] | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.endpoint = endpoint
+        self.clock = clock
         self.ack_timeout = _check_timeout(ack_timeout)
         self._tracker = _Tracker(max_results)
         self._sock: zmq.Socket[Any] = (context or zmq.Context.instance()).socket(zmq.DEALER)
@@ -85,7 +88,7 @@ class BrokerClient:
         """
         job_id = self.submit_nowait(queue, callable, **options)
         unacked = self._tracker.unacked
-        deadline = time.monotonic() + self.ack_timeout
+        deadline = self.clock.monotonic() + self.ack_timeout
         while job_id in unacked:
             if not self._read_until(deadline):
                 del unacked[job_id]  # answered late or never: wait_acks must not wait for it
@@ -128,15 +131,15 @@ class BrokerClient:
         """
         tracker = self._tracker
         waiting = list(tracker.unacked)
-        start = time.monotonic()
+        start = self.clock.monotonic()
         end = start + _check_wait(timeout)
         while tracker.unacked:
             before = tracker.acks
-            deadline = min(end, time.monotonic() + self.ack_timeout)
+            deadline = min(end, self.clock.monotonic() + self.ack_timeout)
             while tracker.unacked and tracker.acks == before and self._read_until(deadline):
                 pass
-            if tracker.unacked and (tracker.acks == before or time.monotonic() >= end):
-                raise BrokerUnavailable(list(tracker.unacked), time.monotonic() - start)
+            if tracker.unacked and (tracker.acks == before or self.clock.monotonic() >= end):
+                raise BrokerUnavailable(list(tracker.unacked), self.clock.monotonic() - start)
         return _rejected(tracker, waiting)
 
     def submit_many(
@@ -160,7 +163,7 @@ class BrokerClient:
         ids: list[str] = []
         for args in args_list:
             if len(tracker.unacked) >= _check_window(window):
-                deadline = time.monotonic() + self.ack_timeout
+                deadline = self.clock.monotonic() + self.ack_timeout
                 while len(tracker.unacked) >= window:
                     if not self._read_until(deadline):
                         raise BrokerUnavailable(list(tracker.unacked), self.ack_timeout)
@@ -176,7 +179,7 @@ class BrokerClient:
             TimeoutError: no result within ``timeout``.
         """
         results = self._tracker.results
-        deadline = time.monotonic() + _check_wait(timeout)
+        deadline = self.clock.monotonic() + _check_wait(timeout)
         while job_id not in results:
             if not self._read_until(deadline):
                 raise TimeoutError(f"no result for job {job_id} within {timeout:g}s")
@@ -226,7 +229,7 @@ class BrokerClient:
         """Wait for messages until ``deadline`` and take them; False once it has passed."""
         if self._read():
             return True
-        left = deadline - time.monotonic()
+        left = deadline - self.clock.monotonic()
         if left <= 0:
             return False
         # A day at most per poll (ZeroMQ's timeout is a C long); the caller loops.

@@ -43,7 +43,6 @@ import inspect
 import itertools
 import logging
 import math
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar, cast
@@ -64,6 +63,7 @@ from zbus.broker.client.jobs import (
     _error_body,
     current_job_id,
 )
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.protocols import emqp
 from zbus.common.protocols.errors import FrameValueError, ProtocolError
 from zbus.common.security import KeyPair, check_client, make_client
@@ -113,6 +113,8 @@ class Worker:
             broker that runs CURVE. Kept in :attr:`curve`, which is read each time a
             socket is opened, so it may also be set after construction, before
             :meth:`run`.
+        clock: monotonic time for the heartbeat schedule, the broker's silence and job
+            durations; wall time for HEARTBEAT's time frame (default: the machine's).
 
     Raises:
         ConfigError: ``curve``'s key pair has no secret key (also from :meth:`run`).
@@ -130,6 +132,7 @@ class Worker:
         drain_timeout: float = 10.0,
         context: zmq.asyncio.Context | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         check_worker(queues, concurrency, heartbeat_interval, misses, drain_timeout)
         self.endpoint = endpoint
@@ -142,6 +145,7 @@ class Worker:
         check_client(curve)
         #: ``(key pair, broker public key)`` for CURVE, or None; read at every connect.
         self.curve = curve
+        self.clock = clock
         self.before_job: list[BeforeJob] = []
         self.after_job: list[AfterJob] = []
         self.counters = {
@@ -211,7 +215,7 @@ class Worker:
 
     def stats(self) -> dict[str, Any]:
         """What the admin API shows."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         return {
             "endpoint": self.endpoint,
             "identity": self.identity,
@@ -297,10 +301,10 @@ class Worker:
     async def _io(self) -> None:
         expiry = self.heartbeat_interval * self.misses
         while True:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now >= self._next_heartbeat:
                 self._next_heartbeat = now + self.heartbeat_interval
-                self._send(emqp.Heartbeat(_new_id(), repr(time.time())))
+                self._send(emqp.Heartbeat(_new_id(), repr(self.clock.time())))
             if now >= self._last_seen + expiry:
                 log.warning("broker silent; reconnecting", extra={"silent_seconds": expiry})
                 self._reconnect()
@@ -332,7 +336,7 @@ class Worker:
         sock.connect(self.endpoint)
         self._sock, self._raw = sock, zmq.Socket.shadow(sock.underlying)
         self.connected = False
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._last_seen = now
         self._next_heartbeat = now + self.heartbeat_interval
         queues = tuple((name, emqp.DEFAULT_QUEUE_WEIGHT) for name in self.queues)
@@ -379,7 +383,7 @@ class Worker:
             self.counters["malformed"] += 1
             log.debug("malformed message from the broker dropped", extra={"error": str(exc)})
             return
-        self._last_seen = time.monotonic()
+        self._last_seen = self.clock.monotonic()
         self.connected = True
         if isinstance(cmd, emqp.Request):
             if len(self._running) < self.concurrency:
@@ -404,7 +408,7 @@ class Worker:
             self._slot_freed()
             return
         key = next(self._seq)
-        self._running[key] = _Running(request.msgid, call, time.monotonic())
+        self._running[key] = _Running(request.msgid, call, self.clock.monotonic())
         for hook in self.before_job:
             try:
                 hook(request.msgid, call)
@@ -415,7 +419,7 @@ class Worker:
 
     def _work(self, key: int, call: emqp.EventmqCall, job_id: str) -> None:
         """In a job thread: run the call, then hand the answer to the worker's loop."""
-        started = time.perf_counter()
+        started = self.clock.monotonic()
         _current.job_id = job_id
         try:
             value = self._resolve(call)(*call.args, **call.kwargs)
@@ -431,7 +435,7 @@ class Worker:
             body = _error_body(type(exc).__name__, _describe(exc))
             outcome = "failed"
         _current.job_id = None
-        seconds = time.perf_counter() - started
+        seconds = self.clock.monotonic() - started
         loop = self._loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the worker stopped and its loop closed

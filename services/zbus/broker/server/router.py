@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import math
 import queue
 import time
 from collections.abc import Callable
@@ -63,8 +64,8 @@ class Router(SocketThread):
             queue.SimpleQueue()
         )
         self._limiter = LogLimiter()
-        self._next_purge = 0.0
-        self._next_gauges = 0.0
+        self._next_purge = -math.inf  # monotonic
+        self._next_gauges = -math.inf  # monotonic
 
     # ------------------------------------------------------------------ control
     def submit_call(self, fn: AdminCall) -> concurrent.futures.Future[Any]:
@@ -173,7 +174,7 @@ class Router(SocketThread):
 
     def _reject(self, side: str, identity: bytes, reason: str, detail: str) -> None:
         self.metrics.rejected.labels(side, reason).inc()
-        if self._limiter.allow(time.time()):
+        if self._limiter.allow(self.clock.monotonic()):
             log.warning(
                 "message rejected",
                 extra={"port": side, "peer": identity.hex(), "reason": reason, "error": detail},
@@ -224,7 +225,9 @@ class Router(SocketThread):
                 )
 
     def _housekeeping(self) -> None:
-        now = self.clock.time()
+        # Paced on the monotonic clock: a step of the wall clock neither stops the gauges
+        # nor the purge for as long as it went back.
+        now = self.clock.monotonic()
         if now >= self._next_gauges:
             self._next_gauges = now + 1.0
             self.metrics.workers.set(len(self.core.worker_views()))
@@ -234,7 +237,9 @@ class Router(SocketThread):
         if now >= self._next_purge:
             self._next_purge = now + PURGE_EVERY
             try:
-                purged = self.store.purge(now, self.settings.result_ttl, max_delete=10_000)
+                # The stored finish times are wall times.
+                wall = self.clock.time()
+                purged = self.store.purge(wall, self.settings.result_ttl, max_delete=10_000)
             except StoreError as exc:
                 log.error("purging finished jobs failed", extra={"error": str(exc)})
                 return

@@ -12,7 +12,8 @@ import enum
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from types import TracebackType
+from typing import Any, Final, Literal, Self
 
 from zbus.common.protocols.dbp import (
     HEARTBEAT_INTERVAL_RANGE,
@@ -38,6 +39,29 @@ log = logging.getLogger("zbus.catalog.client.node")
 #: APPROVED configuration key naming the catalog's UDP heartbeat address: ``"host:port"``,
 #: ``[host, port]`` or a bare port on the TCP endpoint's host.
 UDP_HEARTBEAT_KEY: Final = "udp_heartbeat"
+
+
+class StartStop:
+    """``async with`` for what has ``start`` and ``stop``: started on entry, stopped on
+    exit, whatever the block raised."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
 
 
 class CatalogError(ZbusError):
@@ -71,7 +95,8 @@ class NodeState(enum.Enum):
     CLOSED = "closed"
 
 
-_COUNTERS = (
+#: The node's counters (``CatalogNode.counters``), every one present from the start.
+COUNTERS: Final = (
     "registrations",
     "reregistrations",
     "registration_timeouts",
@@ -138,7 +163,7 @@ def read_instructions(config: Mapping[str, Any]) -> tuple[float | None, int | No
     return (None if interval is None else float(interval)), misses, problems
 
 
-def _udp_target(endpoint: str, value: object) -> tuple[str, int] | None:
+def udp_target(endpoint: str, value: object) -> tuple[str, int] | None:
     """The catalog's UDP heartbeat address from APPROVED's :data:`UDP_HEARTBEAT_KEY` value
     (``"host:port"``, ``[host, port]`` or a port on the host of the TCP ``endpoint``);
     None, with a warning when the value is there but unusable."""

@@ -28,9 +28,9 @@ import logging
 import socket
 import uuid
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
+from zbus.catalog.client.base import StartStop
 from zbus.common.protocols.beacon import (
     BEACON_PORT,
     Beacon,
@@ -60,7 +60,7 @@ def _endpoint(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
-class BeaconSender:
+class BeaconSender(StartStop):
     """Announce a catalog's TCP port by UDP beacon every ``interval`` seconds.
 
     Args:
@@ -151,18 +151,6 @@ class BeaconSender:
         while True:
             self._send_once(self.payload)
             await asyncio.sleep(self.interval)  # the beacon's period
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
 
 def _listener(bind: str, port: int) -> socket.socket:

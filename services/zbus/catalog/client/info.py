@@ -26,7 +26,6 @@ waits behind nor mixes with the node's session, and works before registration to
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ import zmq
 import zmq.asyncio
 
 from zbus.catalog.client.base import CatalogReplyError, CatalogUnavailable, is_hermes
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.protocols.dbp import (
     Dialect,
     InfoReply,
@@ -128,8 +128,10 @@ async def request_info(
     timeout: float,  # noqa: ASYNC109
     context: zmq.asyncio.Context | None = None,
     curve: tuple[KeyPair, bytes] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> JSONObject:
-    """Send one info REQUEST for ``query`` (``""``: the list) and return the REPLY's body.
+    """Send one info REQUEST for ``query`` (``""``: the list) and return the REPLY's body
+    (the REQUEST's time frame is ``clock``'s wall time).
 
     Raises:
         CatalogUnavailable: no REPLY within ``timeout`` seconds.
@@ -143,7 +145,7 @@ async def request_info(
             make_client(sock, *curve)
         sock.connect(endpoint)
         async with asyncio.timeout(timeout):
-            await sock.send_multipart(encode(InfoRequest(query, time.time()), dialect))
+            await sock.send_multipart(encode(InfoRequest(query, clock.time()), dialect))
             frames = await sock.recv_multipart()
     except TimeoutError:
         raise CatalogUnavailable(
@@ -170,6 +172,7 @@ class InfoRequests:
     reply_timeout: float
     curve: tuple[KeyPair, bytes] | None
     counters: dict[str, int]
+    clock: Clock
     _ctx: zmq.asyncio.Context
 
     async def service(
@@ -223,6 +226,7 @@ class InfoRequests:
                 timeout=self.reply_timeout if timeout is None else timeout,
                 context=self._ctx,
                 curve=self.curve,
+                clock=self.clock,
             )
         except CatalogReplyError:
             self.counters["malformed"] += 1

@@ -35,8 +35,13 @@ Whatever arrives that is not a well-formed DBP command is counted in ``counters`
 (``malformed``; ``unexpected`` for commands a node has no use for) and dropped, never
 raised to the caller.
 
-The errors, :class:`NodeState`, the counters and the reading of APPROVED's UDP address
-are in :mod:`zbus.catalog.client.base`, without I/O; this module re-exports their names.
+What the node decides (registration attempts and their backoff, APPROVED's
+instructions, the heartbeat schedule, the catalog's silence, the fall-back to TCP and
+the return to UDP, re-registration) is :class:`~zbus.catalog.client._node_core.NodeCore`,
+which takes the time as an argument and does no I/O; this module owns the sockets, the
+tasks and the futures, and reads the time from a :class:`~zbus.common.clock.Clock`. The
+errors, :class:`NodeState` and the counters are in :mod:`zbus.catalog.client.base`;
+this module re-exports their names.
 
 Example::
 
@@ -50,43 +55,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import zmq
 import zmq.asyncio
 
+from zbus.catalog.client._node_core import Answer, NodeCore, SessionEnd
+from zbus.catalog.client.base import UDP_HEARTBEAT_KEY as UDP_HEARTBEAT_KEY  # re-exported
 from zbus.catalog.client.base import (
-    _COUNTERS,
     CatalogError,
     CatalogReplyError,
     CatalogUnavailable,
     NodeState,
     RegistrationDenied,
-    _udp_target,
-    catalog_silence,
-    is_hermes,
-    read_instructions,
+    StartStop,
 )
-from zbus.catalog.client.base import UDP_HEARTBEAT_KEY as UDP_HEARTBEAT_KEY  # re-exported
 from zbus.catalog.client.info import InfoRequests, ServiceInfo
+from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.protocols.dbp import (
-    HEARTBEAT_INTERVAL_RANGE,
-    HEARTBEAT_MISSES_RANGE,
     SPEC,
     Approved,
-    Awk,
     DBPCommand,
     Denied,
     Dialect,
     Disconnect,
-    Heartbeat,
     JSONObject,
-    Registration,
-    Update,
     decode,
     decode_datagram,
     encode,
@@ -127,7 +122,7 @@ class _Udp(asyncio.DatagramProtocol):
         log.debug("catalog udp error: %s", exc)
 
 
-class CatalogNode(InfoRequests):
+class CatalogNode(InfoRequests, StartStop):
     """One service node registered with the DBP catalog (see the module docstring).
 
     Args:
@@ -149,6 +144,9 @@ class CatalogNode(InfoRequests):
         on_state: called with each new :class:`NodeState`.
         curve: ``(this node's key pair, the catalog's public key)`` to talk to a catalog
             that runs CURVE (its policy may then refuse the node's key with DENIED).
+        clock: where the time comes from: monotonic for the heartbeat schedule, the
+            catalog's silence and the registration deadline, wall time for the time
+            frame of what the node sends (default: the machine's clocks).
     """
 
     def __init__(
@@ -166,54 +164,69 @@ class CatalogNode(InfoRequests):
         register_timeout: float | None = None,
         on_state: Callable[[NodeState], None] | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        lo, hi = HEARTBEAT_INTERVAL_RANGE
-        if not lo <= heartbeat_interval <= hi:
-            raise ValueError(
-                f"heartbeat_interval must be {lo:g}-{hi:g} s, got {heartbeat_interval!r}"
-            )
-        low, high = HEARTBEAT_MISSES_RANGE
-        if type(misses) is not int or not low <= misses <= high:
-            raise ValueError(f"misses must be an integer {low}-{high}, got {misses!r}")
+        self.core = NodeCore(
+            endpoint,
+            info,
+            heartbeat_interval=heartbeat_interval,
+            misses=misses,
+            udp_address=udp_address,
+            dialect=dialect,
+            backoff=backoff,
+        )
+        # The core's own objects, which it changes in place.
+        #: Configuration from the last APPROVED.
+        self.config: JSONObject = self.core.config
+        self.counters: dict[str, int] = self.core.counters
         self.endpoint = endpoint
-        self.info: JSONObject = dict(info)
-        self.info.setdefault("heartbeat_interval", heartbeat_interval)
-        self.heartbeat_interval = heartbeat_interval
-        self.misses = misses
         self.dialect = dialect
+        self.backoff = backoff
         self.reply_timeout = (
             reply_timeout if reply_timeout is not None else (heartbeat_interval * misses)
         )
-        self.backoff = backoff
         self.register_timeout = register_timeout
         self.curve = curve
         self.on_state = on_state
-        #: Configuration from the last APPROVED.
-        self.config: JSONObject = {}
-        self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
-        self._explicit_udp = udp_address
-        self._udp_target: tuple[str, int] | None = udp_address
+        self.clock = clock
         self._ctx = context or zmq.asyncio.Context.instance()
         self._sock: zmq.asyncio.Socket | None = None
         self._identity = b""
         self._udp: asyncio.DatagramTransport | None = None
-        self._state = NodeState.IDLE
-        self._mode = "tcp"
-        self._last_heard = 0.0
-        self._last_tcp_sent = 0.0
+        self._reported = NodeState.IDLE  # the last state on_state was told
         self._task: asyncio.Task[None] | None = None
-        self._session_end: asyncio.Future[str] | None = None
+        self._session_end: asyncio.Future[SessionEnd] | None = None
         self._pending: asyncio.Future[JSONObject] | None = None
 
     # ------------------------------------------------------------------ public API
 
     @property
+    def info(self) -> JSONObject:
+        """The REGISTRATION body, every acknowledged UPDATE merged in; a new one set here
+        goes with the next registration."""
+        return self.core.info
+
+    @info.setter
+    def info(self, value: JSONObject) -> None:
+        self.core.info = value
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between heartbeats: the node's own until APPROVED says otherwise."""
+        return self.core.heartbeat_interval
+
+    @property
+    def misses(self) -> int:
+        """Silent intervals after which the catalog counts as gone."""
+        return self.core.misses
+
+    @property
     def state(self) -> NodeState:
-        return self._state
+        return self.core.state
 
     @property
     def registered(self) -> bool:
-        return self._state is NodeState.REGISTERED
+        return self.core.state is NodeState.REGISTERED
 
     @property
     def identity(self) -> bytes:
@@ -223,12 +236,12 @@ class CatalogNode(InfoRequests):
     @property
     def heartbeat_mode(self) -> str:
         """``"udp"`` or ``"tcp"``: how heartbeats currently travel."""
-        return self._mode
+        return self.core.mode
 
     @property
     def udp_target(self) -> tuple[str, int] | None:
         """Where UDP heartbeats go, or None when heartbeats use TCP only."""
-        return self._udp_target
+        return self.core.udp_target
 
     async def start(self) -> None:
         """Register (retrying while the catalog is unreachable), then keep heartbeating.
@@ -282,39 +295,29 @@ class CatalogNode(InfoRequests):
             raise CatalogUnavailable("not registered with the catalog")
         if self._pending is not None and not self._pending.done():
             raise RuntimeError("another update is waiting for its answer")
-        body = {"name": self.info.get("name"), **changes}
         pending: asyncio.Future[JSONObject] = asyncio.get_running_loop().create_future()
         self._pending = pending
         try:
             async with asyncio.timeout(self.reply_timeout if timeout is None else timeout):
-                await self._send(Update(body, time.time()))
-                self.counters["updates"] += 1
+                command = self.core.update(changes, self.clock.time())
+                await self._send(command)
                 config = await pending
         except TimeoutError:
             raise CatalogUnavailable("no answer to UPDATE") from None
         finally:
             self._pending = None
-        self.info.update(body)
+            self.core.update_done()
+        self.info.update(command.changes)
         return config
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------------ registration
 
-    def _set_state(self, state: NodeState) -> None:
-        if state is self._state:
+    def _report_state(self) -> None:
+        """Tell ``on_state`` when the core's state changed since it was last told."""
+        state = self.core.state
+        if state is self._reported:
             return
-        self._state = state
+        self._reported = state
         if self.on_state is not None:
             try:
                 self.on_state(state)
@@ -346,37 +349,39 @@ class CatalogNode(InfoRequests):
             await self._sock.send_multipart(encode(cmd, self.dialect), 0 if block else zmq.NOBLOCK)
         except zmq.Again:
             return False
-        self._last_tcp_sent = time.monotonic()
+        self.core.sent(self.clock.monotonic())
         return True
 
     async def _register(self, total: float | None) -> None:
         """REGISTRATION on a new socket until APPROVED; back off while unanswered."""
-        self._set_state(NodeState.REGISTERING)
-        loop = asyncio.get_running_loop()
-        deadline = None if total is None else loop.time() + total
-        delay, longest = self.backoff
+        core, clock = self.core, self.clock
+        core.begin_registration(clock.monotonic(), total)
+        self._report_state()
         while True:
             sock = self._open_socket()
-            await self._send(Registration(self.info, time.time()))
+            await self._send(core.registration(clock.time()))
             try:
                 reply = await self._await_registration_reply(sock)
             except TimeoutError:
                 reply = None
             if isinstance(reply, Approved):
-                await self._approved(reply)
+                core.approved(reply, clock.monotonic())
+                if core.udp_target is not None and self._udp is None:
+                    loop = asyncio.get_running_loop()
+                    self._udp, _ = await loop.create_datagram_endpoint(
+                        lambda: _Udp(self), local_addr=("0.0.0.0", 0)
+                    )
+                self._report_state()
                 return
-            if isinstance(reply, Denied):
-                self._close_socket()
-                self._set_state(NodeState.DENIED)
-                raise RegistrationDenied(reply.reasons)
-            # No answer, or DISCONNECT: the catalog is unreachable or restarting.
             self._close_socket()
-            self.counters["registration_timeouts"] += 1
-            if deadline is not None and loop.time() + delay >= deadline:
-                raise CatalogUnavailable(f"no answer from the catalog at {self.endpoint}")
+            if isinstance(reply, Denied):
+                error = core.denied(reply)
+                self._report_state()
+                raise error
+            # No answer, or DISCONNECT: the catalog is unreachable or restarting.
+            delay = core.attempt_failed(clock.monotonic())
             # Backoff between attempts (a retry policy, not a synchronisation point).
             await asyncio.sleep(delay)
-            delay = min(delay * 2, longest)
 
     async def _await_registration_reply(
         self, sock: zmq.asyncio.Socket
@@ -384,36 +389,9 @@ class CatalogNode(InfoRequests):
         async with asyncio.timeout(self.reply_timeout):
             while True:
                 cmd = self._decode(await sock.recv_multipart())
-                if isinstance(cmd, Approved | Denied | Disconnect):
+                if self.core.registration_reply(cmd):
+                    assert isinstance(cmd, Approved | Denied | Disconnect)
                     return cmd
-                if cmd is not None and not isinstance(cmd, Heartbeat):
-                    self.counters["unexpected"] += 1
-
-    async def _approved(self, reply: Approved) -> None:
-        self.config = dict(reply.config)
-        # The catalog's instructions set the agreed heartbeat interval and misses (DBP:
-        # "regular and agreed-upon intervals"); a node judging the catalog's silence by
-        # a shorter interval of its own would drop a healthy session. A value out of
-        # its range is not trusted: the node keeps its own.
-        interval, misses, problems = read_instructions(reply.config)
-        for problem in problems:
-            self.counters["malformed"] += 1
-            log.warning("ignoring an instruction in APPROVED: %s", problem)
-        if interval is not None:
-            self.heartbeat_interval = interval
-        if misses is not None:
-            self.misses = misses
-        if self._explicit_udp is None:
-            self._udp_target = _udp_target(self.endpoint, reply.config.get(UDP_HEARTBEAT_KEY))
-        if self._udp_target is not None and self._udp is None:
-            loop = asyncio.get_running_loop()
-            self._udp, _ = await loop.create_datagram_endpoint(
-                lambda: _Udp(self), local_addr=("0.0.0.0", 0)
-            )
-        self._mode = "udp" if self._udp_target is not None else "tcp"
-        self._last_heard = time.monotonic()
-        self.counters["registrations"] += 1
-        self._set_state(NodeState.REGISTERED)
 
     # ------------------------------------------------------------------ the session
 
@@ -422,11 +400,10 @@ class CatalogNode(InfoRequests):
         while True:
             reason = await self._session()
             log.info("catalog session ended (%s); registering again", reason)
-            if reason == "silence" and self._sock is not None:
-                # The catalog may still hold this session as live: say goodbye on the old
-                # socket, so the new REGISTRATION does not find the name taken.
+            goodbye = self.core.session_ended(reason, self.clock.time())
+            if goodbye is not None and self._sock is not None:
                 with contextlib.suppress(zmq.ZMQError):
-                    await self._send(Disconnect(time.time()), block=False)
+                    await self._send(goodbye, block=False)
                 self._close_socket(linger_ms=int(min(self.heartbeat_interval, 1.0) * 1000))
             self._close_socket()
             try:
@@ -434,11 +411,11 @@ class CatalogNode(InfoRequests):
             except RegistrationDenied:
                 self._close_socket()
                 raise
-            self.counters["reregistrations"] += 1
+            self.core.registered_again()
 
-    async def _session(self) -> str:
+    async def _session(self) -> SessionEnd:
         loop = asyncio.get_running_loop()
-        end: asyncio.Future[str] = loop.create_future()
+        end: asyncio.Future[SessionEnd] = loop.create_future()
         self._session_end = end
         tasks = [
             asyncio.create_task(self._read_loop(), name="catalog-node-read"),
@@ -464,7 +441,20 @@ class CatalogNode(InfoRequests):
             if self._pending is not None and not self._pending.done():
                 self._pending.set_exception(CatalogUnavailable("catalog session ended"))
 
-    def _end_session(self, reason: str) -> None:
+    def _outcome(self, outcome: SessionEnd | Answer | None) -> None:
+        """Carry out what the core made of a command: end the session, or answer the
+        waiting UPDATE."""
+        if isinstance(outcome, Answer):
+            pending = self._pending
+            if pending is not None and not pending.done():
+                if outcome.denied is not None:
+                    pending.set_exception(outcome.denied)
+                else:
+                    pending.set_result(outcome.config or {})
+        elif outcome is not None:
+            self._end_session(outcome)
+
+    def _end_session(self, reason: SessionEnd) -> None:
         if self._session_end is not None and not self._session_end.done():
             self._session_end.set_result(reason)
 
@@ -474,7 +464,7 @@ class CatalogNode(InfoRequests):
         while True:
             cmd = self._decode(await sock.recv_multipart())
             if cmd is not None:
-                self._on_command(cmd)
+                self._outcome(self.core.command(cmd, self.clock.monotonic()))
 
     def _decode(self, frames: list[bytes]) -> DBPCommand | None:
         try:
@@ -484,82 +474,31 @@ class CatalogNode(InfoRequests):
             log.debug("dropped malformed catalog message: %s", exc)
             return None
 
-    def _heard(self) -> None:
-        self._last_heard = time.monotonic()
-        self.counters["heartbeats_received"] += 1
-
-    def _on_command(self, cmd: DBPCommand) -> None:
-        if isinstance(cmd, Disconnect):
-            # Seed 004: "it MUST close its socket, and reconnect ... on a new socket".
-            self.counters["disconnects_received"] += 1
-            self._end_session("disconnect")
-            return
-        # "Any received command except DISCONNECT acts as a heartbeat."
-        self._heard()
-        pending = self._pending
-        if isinstance(cmd, Awk | Approved) and pending is not None and not pending.done():
-            pending.set_result(dict(cmd.config) if isinstance(cmd, Approved) else {})
-        elif isinstance(cmd, Approved):
-            self.config.update(cmd.config)  # configuration pushed by the catalog
-        elif isinstance(cmd, Denied):
-            if pending is not None and not pending.done():
-                pending.set_exception(RegistrationDenied(cmd.reasons))
-            else:
-                # DENIED is for "unregistered services": the catalog forgot this node.
-                self._end_session("denied")
-        elif not isinstance(cmd, Heartbeat):
-            self.counters["unexpected"] += 1
-
     def _on_datagram(self, data: bytes) -> None:
+        """A datagram on the node's UDP socket (from the catalog, or anyone)."""
         try:
             cmd = decode_datagram(data, self.dialect)
         except ProtocolError:
             self.counters["malformed"] += 1
             return
-        if self._state is not NodeState.REGISTERED:
-            return
-        if isinstance(cmd, Heartbeat) and self._mode == "tcp" and self._udp_target is not None:
-            # The UDP path works again: back to UDP heartbeats alone.
-            self._mode = "udp"
-            self.counters["returns_to_udp"] += 1
-        self._on_command(cmd)
+        self._outcome(self.core.datagram(cmd, self.clock.monotonic()))
 
     async def _beat_loop(self) -> None:
-        interval = self.heartbeat_interval
-        expiry = interval * self.misses
-        name = str(self.info.get("name", ""))
-        hermes = is_hermes(self.dialect)
-        if hermes and self._udp_target is None:
-            return  # Hermes's broker takes no heartbeats: nothing to send, nothing to judge
+        core, clock = self.core, self.clock
         while True:
-            silent = time.monotonic() - self._last_heard
-            verdict = catalog_silence(silent, interval, self.misses, hermes=hermes)
-            if verdict == "gone":
-                # "A peer MUST consider the other peer disconnected if no heartbeat
-                # arrives within some multiple of that interval."
-                self._end_session("silence")
+            now = clock.monotonic()
+            beat = core.beat(now, clock.time())
+            if beat.end is not None:
+                self._end_session(beat.end)
                 return
-            if self._mode == "udp" and verdict == "missed":
-                # "In the event of a missing beat, heartbeats will switch over to
-                # reliable TCP connections."
-                self._mode = "tcp"
-                self.counters["fallbacks_to_tcp"] += 1
-            beat = Heartbeat(name, time.time())
-            if self._udp is not None and self._udp_target is not None:
-                # Over UDP in UDP mode, and as a probe of the UDP path in TCP mode.
-                self._udp.sendto(encode_datagram(beat, self.dialect), self._udp_target)
-                self.counters["heartbeats_udp"] += 1
-            # "Peers SHOULD NOT send HEARTBEAT commands while also sending other commands."
-            if (
-                not hermes
-                and self._mode == "tcp"
-                and time.monotonic() - self._last_tcp_sent >= interval / 2
-                and await self._send(beat, block=False)  # a full queue: skip this beat
-            ):
-                self.counters["heartbeats_tcp"] += 1
-            await asyncio.sleep(
-                interval if hermes else min(interval, max(expiry - silent, 0.0) + 0.001)
-            )
+            if beat.udp is not None and self._udp is not None and core.udp_target is not None:
+                self._udp.sendto(encode_datagram(beat.udp, self.dialect), core.udp_target)
+            # A full queue skips this beat.
+            if beat.tcp is not None and await self._send(beat.tcp, block=False):
+                core.sent(clock.monotonic(), beat=True)
+            if beat.next_at is None:
+                return
+            await asyncio.sleep(beat.next_at - now)
 
     # ------------------------------------------------------------------ shutdown
 
@@ -569,14 +508,15 @@ class CatalogNode(InfoRequests):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, CatalogError):
                 await task
-        if send_disconnect and self._sock is not None and self._state is NodeState.REGISTERED:
+        goodbye = self.core.goodbye(self.clock.time())
+        if send_disconnect and self._sock is not None and goodbye is not None:
             with contextlib.suppress(zmq.ZMQError):
-                await self._send(Disconnect(time.time()), block=False)
+                await self._send(goodbye, block=False)
             # Linger long enough for the DISCONNECT to leave.
             self._close_socket(linger_ms=int(min(self.heartbeat_interval, 1.0) * 1000))
         self._close_socket()
         if self._udp is not None:
             self._udp.close()
             self._udp = None
-        if self._state is not NodeState.DENIED:
-            self._set_state(NodeState.CLOSED)
+        self.core.closed()
+        self._report_state()

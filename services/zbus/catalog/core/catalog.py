@@ -5,8 +5,13 @@ the identity they came from (:meth:`CatalogCore.tcp_message`), the heartbeats
 ``dbp.decode_datagram`` read from UDP (:meth:`CatalogCore.udp_heartbeat`), and calls
 :meth:`CatalogCore.tick` once :meth:`CatalogCore.next_deadline` passes. After each call
 it writes :meth:`CatalogCore.take_changes` to the registry store and only then sends
-:meth:`CatalogCore.take_outbox`. The core never reads a clock, a socket or the store;
-``now`` is wall time (epoch seconds), which is also the time frame of what it sends.
+:meth:`CatalogCore.take_outbox`. The core never reads a clock, a socket or the store.
+
+Every input takes two times. ``now`` is monotonic: liveness, expiry and the HEARTBEAT
+schedule are judged on it alone, so a step of the machine's wall clock (an hour either
+way, by an operator or NTP) changes no node's state. ``wall`` is wall time (epoch
+seconds): the time frame of what the core sends and the ``registered_at`` and
+``last_heartbeat`` of its records, which people and peers read.
 
 Decisions (seed 004 is the spec; ``docs/protocols/dbp.md`` the codec):
 
@@ -36,7 +41,9 @@ Decisions (seed 004 is the spec; ``docs/protocols/dbp.md`` the codec):
   late, so a steady heartbeat costs no store write; ``last_heartbeat`` in the store is
   the time of the last such change.
 - After a restart (``nodes`` given) every node is unconfirmed: its old ROUTER identity
-  is forgotten and it has ``I * M + grace`` seconds from the restart to register again.
+  is forgotten and it has ``I * M + grace`` seconds from the restart to register again
+  (the stored times are wall times and are not used for expiry: each rebuilt node is
+  heard at the restart, on the monotonic clock).
   Until then it answers info requests (with ``"confirmed": false``) but gets no
   HEARTBEATs; a TCP command from an unknown identity other than REGISTRATION or REQUEST
   gets DISCONNECT, which makes the node reconnect and register (seed 004, "Opening and
@@ -61,23 +68,8 @@ from zbus.catalog.core.model import (
     NodeState,
     Outgoing,
 )
-from zbus.common.protocols.dbp import (
-    HERMES,
-    SPEC,
-    Approved,
-    Awk,
-    DBPCommand,
-    Denied,
-    Dialect,
-    Disconnect,
-    Heartbeat,
-    InfoReply,
-    InfoRequest,
-    JSONObject,
-    Registration,
-    TimeEncoding,
-    Update,
-)
+from zbus.common.protocols import dbp
+from zbus.common.protocols.dbp import HERMES, SPEC, DBPCommand, Dialect, JSONObject, TimeEncoding
 
 __all__ = ["COUNTERS", "CatalogConfig", "CatalogCore", "NodeRecord", "Outgoing"]
 
@@ -107,6 +99,8 @@ def malformed(info: Mapping[str, Any]) -> list[str]:
 class _Node:
     record: NodeRecord
     confirmed: bool  # registered with this catalog run (not rebuilt from the store)
+    heard_at: float  # monotonic time of its last command: what its liveness is judged by
+    since: float  # monotonic time of its registration (for its uptime)
     next_beat: float = math.inf  # when the catalog's next HEARTBEAT to it is due
     scheduled_at: float = math.inf  # the time of its live entry in the core's timer heap
     key: bytes | None = None  # the CURVE key it registered with, when the wiring knows it
@@ -123,11 +117,17 @@ class CatalogCore:
         config: tunables and policy.
         nodes: the store's records, to rebuild from after a restart (gone ones are
             skipped); every rebuilt node is unconfirmed (see the module docstring).
-        now: wall time of the start.
+        now: monotonic time of the start.
+        wall: wall time of the start.
     """
 
     def __init__(
-        self, config: CatalogConfig, nodes: Sequence[NodeRecord] = (), *, now: float
+        self,
+        config: CatalogConfig,
+        nodes: Sequence[NodeRecord] = (),
+        *,
+        now: float,
+        wall: float,
     ) -> None:
         self.config = config
         #: Event counts for metrics; every key of COUNTERS is present from the start.
@@ -145,8 +145,12 @@ class CatalogCore:
         self._seq = itertools.count()
         for record in nodes:
             if record.state != "gone":
-                fresh = replace(record, last_heartbeat=now)
-                self._by_name[record.name] = node = _Node(fresh, confirmed=False)
+                fresh = replace(record, last_heartbeat=wall)
+                # Its uptime goes on from the stored wall time of its registration,
+                # carried over to this run's monotonic clock once, here.
+                since = now - max(0.0, wall - record.registered_at)
+                node = _Node(fresh, confirmed=False, heard_at=now, since=since)
+                self._by_name[record.name] = node
                 self._schedule(node)
 
     # ------------------------------------------------------------------ outputs
@@ -177,6 +181,12 @@ class CatalogCore:
         """Every known node, by name."""
         return [self._by_name[name].record for name in sorted(self._by_name)]
 
+    def uptime(self, name: str, now: float) -> float | None:
+        """Seconds since ``name`` registered, at monotonic time ``now``; None for an
+        unknown name."""
+        node = self._by_name.get(name)
+        return None if node is None else max(0.0, now - node.since)
+
     def confirmed(self, name: str) -> bool | None:
         """Whether ``name`` registered with this run; None for an unknown name."""
         node = self._by_name.get(name)
@@ -185,38 +195,44 @@ class CatalogCore:
     # ------------------------------------------------------------------ inputs
 
     def tcp_message(
-        self, identity: bytes, cmd: DBPCommand, now: float, *, peer_key: bytes | None = None
+        self,
+        identity: bytes,
+        cmd: DBPCommand,
+        now: float,
+        *,
+        wall: float,
+        peer_key: bytes | None = None,
     ) -> None:
         """One command from the ROUTER. ``peer_key`` is the peer's CURVE public key when
         the socket is a CURVE server (checked against ``config.allowed_keys``)."""
         node = self._by_identity.get(identity)
-        if type(cmd) is Heartbeat:
+        if type(cmd) is dbp.Heartbeat:
             if node is None:
                 # Unknown identity: a node from before a restart, or never registered.
                 self.counters["heartbeats_unknown"] += 1
-                self._disconnect(identity, _enc(cmd), now)
+                self._disconnect(identity, _enc(cmd), wall)
                 return
             self.counters["heartbeats_tcp"] += 1
-            self._heard(node, now)
-        elif type(cmd) is Registration:
-            self._register(identity, cmd, now, peer_key)
-        elif type(cmd) is InfoRequest:
+            self._heard(node, now, wall)
+        elif type(cmd) is dbp.Registration:
+            self._register(identity, cmd, now, wall, peer_key)
+        elif type(cmd) is dbp.InfoRequest:
             self.counters["info_requests"] += 1
             if node is not None:
-                self._heard(node, now)
-            reply = InfoReply(self._info(cmd), now, _enc(cmd))
+                self._heard(node, now, wall)
+            reply = dbp.InfoReply(self._info(cmd), wall, _enc(cmd))
             self._send(identity, reply)
-        elif type(cmd) is Update and node is not None:
-            self._update(identity, node, cmd, now)
-        elif type(cmd) is Update and (target := self._hermes_node(cmd)) is not None:
+        elif type(cmd) is dbp.Update and node is not None:
+            self._update(identity, node, cmd, now, wall)
+        elif type(cmd) is dbp.Update and (target := self._hermes_node(cmd)) is not None:
             # Hermes sends UPDATE on a new socket and names the node in the body.
             if target.key is not None and peer_key != target.key:
                 self.counters["updates_denied_policy"] += 1
                 reason = NOT_ALLOWED_UPDATE.format(name=target.record.name)
-                self._send(identity, Denied((reason,), now, _enc(cmd)))
+                self._send(identity, dbp.Denied((reason,), wall, _enc(cmd)))
             else:
-                self._update(identity, target, cmd, now)
-        elif type(cmd) is Disconnect:
+                self._update(identity, target, cmd, now, wall)
+        elif type(cmd) is dbp.Disconnect:
             self.counters["disconnects_received"] += 1
             if node is not None:
                 # "it MUST send no further commands to that service node"
@@ -226,25 +242,30 @@ class CatalogCore:
             # broker MUST respond to any valid but unexpected command by sending
             # DISCONNECT and then no further commands to that service node."
             self.counters["unexpected_commands"] += 1
-            self._disconnect(identity, _enc(cmd), now)
+            self._disconnect(identity, _enc(cmd), wall)
             if node is not None:
                 self._remove(node)
 
     def udp_heartbeat(
-        self, address: tuple[str, int], cmd: Heartbeat | Disconnect, now: float
+        self,
+        address: tuple[str, int],
+        cmd: dbp.Heartbeat | dbp.Disconnect,
+        now: float,
+        *,
+        wall: float,
     ) -> None:
         """One datagram from the UDP heartbeat socket. A HEARTBEAT names its node; a
         DISCONNECT has no name and applies to the node whose heartbeats come from
         ``address``. UDP cannot be answered here; unknown names are counted."""
         where = f"{address[0]}:{address[1]}"
-        if type(cmd) is Disconnect:
+        if type(cmd) is dbp.Disconnect:
             for name in list(self._by_address.get(where, ())):
                 peer = self._by_name.get(name)
                 if peer is not None and peer.confirmed and peer.record.address == where:
                     self.counters["disconnects_received"] += 1
                     self._remove(peer)
             return
-        assert type(cmd) is Heartbeat
+        assert type(cmd) is dbp.Heartbeat
         node = self._by_name.get(cmd.service)
         if node is None or not node.confirmed:
             self.counters["heartbeats_unknown"] += 1
@@ -255,14 +276,15 @@ class CatalogCore:
             self._unindex(node.record)
             node.record = replace(node.record, address=where)
             self._by_address.setdefault(where, set()).add(node.record.name)
-        self._heard(node, now, changed=moved)
+        self._heard(node, now, wall, changed=moved)
 
     def invalid_message(self) -> None:
         """The wiring read frames that did not decode: seed 004 says to drop them."""
         self.counters["invalid_messages"] += 1
 
-    def tick(self, now: float, limit: int | None = None) -> bool:
-        """Apply the time events due at ``now`` and send HEARTBEATs when due.
+    def tick(self, now: float, limit: int | None = None, *, wall: float) -> bool:
+        """Apply the time events due at monotonic time ``now`` and send HEARTBEATs when
+        due (stamped with ``wall``).
 
         Args:
             limit: handle at most this many nodes' timers, so that a caller sharing its
@@ -285,7 +307,7 @@ class CatalogCore:
             if not (node.hermes and node.confirmed):
                 rec = node.record
                 state = liveness.advance(
-                    rec.state, rec.last_heartbeat, rec.heartbeat_interval,
+                    rec.state, node.heard_at, rec.heartbeat_interval,
                     cfg.heartbeat_misses, cfg.grace, now,
                 )  # fmt: skip
                 if state == "gone":
@@ -303,7 +325,7 @@ class CatalogCore:
                 if node.confirmed and not node.hermes and node.record.state != "inactive":
                     rec = node.record
                     self.counters["heartbeats_sent"] += 1
-                    self._send(rec.identity, Heartbeat(cfg.name, now, rec.time_encoding))
+                    self._send(rec.identity, dbp.Heartbeat(cfg.name, wall, rec.time_encoding))
             self._schedule(node)
         return False
 
@@ -325,7 +347,12 @@ class CatalogCore:
     # ------------------------------------------------------------------ dialog
 
     def _register(
-        self, identity: bytes, cmd: Registration, now: float, peer_key: bytes | None
+        self,
+        identity: bytes,
+        cmd: dbp.Registration,
+        now: float,
+        wall: float,
+        peer_key: bytes | None,
     ) -> None:
         cfg = self.config
         info, reasons = registration.check(cmd.info)
@@ -349,7 +376,7 @@ class CatalogCore:
                 reason_key = "name_taken"
         if reasons:
             self.counters[f"registrations_denied_{reason_key}"] += 1
-            self._send(identity, Denied(tuple(reasons), now, _enc(cmd)))
+            self._send(identity, dbp.Denied(tuple(reasons), wall, _enc(cmd)))
             return
         previous = self._by_identity.get(identity)
         if previous is not None and previous.record.name != name:
@@ -363,15 +390,22 @@ class CatalogCore:
             identity=identity,
             info=info,
             state="active",
-            registered_at=now,
-            last_heartbeat=now,
+            registered_at=wall,
+            last_heartbeat=wall,
             heartbeat_interval=cfg.heartbeat_interval,
             address=holder.record.address if holder is not None else None,
             time_encoding=_enc(cmd),
         )
         # Each node has its own heartbeat phase, from its registration: 10,000 nodes get
         # their HEARTBEATs spread over the interval, not in one burst.
-        node = _Node(record, confirmed=True, next_beat=now + cfg.heartbeat_interval, key=peer_key)
+        node = _Node(
+            record,
+            confirmed=True,
+            heard_at=now,
+            since=now,
+            next_beat=now + cfg.heartbeat_interval,
+            key=peer_key,
+        )
         self._by_name[name] = self._by_identity[identity] = node
         if record.address is not None:
             self._by_address.setdefault(record.address, set()).add(name)
@@ -383,16 +417,18 @@ class CatalogCore:
             "heartbeat_misses": cfg.heartbeat_misses,
             "udp_heartbeat": cfg.udp_port,
         }
-        self._send(identity, Approved(instructions, now, _enc(cmd)))
+        self._send(identity, dbp.Approved(instructions, wall, _enc(cmd)))
 
-    def _hermes_node(self, cmd: Update) -> _Node | None:
+    def _hermes_node(self, cmd: dbp.Update) -> _Node | None:
         """The node a Hermes UPDATE from an unknown connection names, if it registered
         in float32 with this run."""
         name = cmd.changes.get("name")
         node = self._by_name.get(name) if isinstance(name, str) else None
         return node if node is not None and node.hermes and node.confirmed else None
 
-    def _update(self, identity: bytes, node: _Node, cmd: Update, now: float) -> None:
+    def _update(
+        self, identity: bytes, node: _Node, cmd: dbp.Update, now: float, wall: float
+    ) -> None:
         rec = node.record
         if cmd.changes.get("name", rec.name) != rec.name:
             reasons = ["malformed: an UPDATE cannot change the name; register again"]
@@ -401,15 +437,15 @@ class CatalogCore:
         if reasons:
             # Nothing of a refused UPDATE is kept; the node stays as it was.
             self.counters["updates_denied"] += 1
-            self._send(identity, Denied(tuple(reasons), now, _enc(cmd)))
-            self._heard(node, now)
+            self._send(identity, dbp.Denied(tuple(reasons), wall, _enc(cmd)))
+            self._heard(node, now, wall)
             return
         self.counters["updates"] += 1
         node.record = replace(rec, info=info)
-        self._heard(node, now, changed=True)
-        self._send(identity, Awk(now, _enc(cmd)))
+        self._heard(node, now, wall, changed=True)
+        self._send(identity, dbp.Awk(wall, _enc(cmd)))
 
-    def _info(self, cmd: InfoRequest) -> JSONObject:
+    def _info(self, cmd: dbp.InfoRequest) -> JSONObject:
         """The REPLY body. Seed 004: "The information request is either a specified
         services name or a list of currently active services available. Information
         that is not available should be responded with by an inactive warning.\"
@@ -460,9 +496,9 @@ class CatalogCore:
 
     # ------------------------------------------------------------------ helpers
 
-    def deregister(self, name: str, now: float) -> bool:
-        """Remove a node by name (admin API): it is sent DISCONNECT, which per the spec
-        makes a node close its socket and register again on a new one.
+    def deregister(self, name: str, *, wall: float) -> bool:
+        """Remove a node by name (admin API): it is sent DISCONNECT (stamped ``wall``),
+        which per the spec makes a node close its socket and register again on a new one.
 
         Returns:
             False when no node of that name is registered.
@@ -471,22 +507,23 @@ class CatalogCore:
         if node is None:
             return False
         if node.confirmed:
-            self._disconnect(node.record.identity, node.record.time_encoding, now)
+            self._disconnect(node.record.identity, node.record.time_encoding, wall)
         self._remove(node)
         return True
 
     def _send(self, identity: bytes, cmd: DBPCommand) -> None:
         self._outbox.append(Outgoing(identity, cmd, dialect_for(cmd.time_encoding)))
 
-    def _disconnect(self, identity: bytes, encoding: TimeEncoding | None, now: float) -> None:
+    def _disconnect(self, identity: bytes, encoding: TimeEncoding | None, wall: float) -> None:
         self.counters["disconnects_sent"] += 1
-        self._send(identity, Disconnect(now, encoding))
+        self._send(identity, dbp.Disconnect(wall, encoding))
 
-    def _heard(self, node: _Node, now: float, *, changed: bool = False) -> None:
+    def _heard(self, node: _Node, now: float, wall: float, *, changed: bool = False) -> None:
         """Any command but DISCONNECT acts as a heartbeat (seed 004, "Heartbeating")."""
         before = node.record.state
         state = liveness.step(before, "heard")
-        node.record = replace(node.record, state=state, last_heartbeat=now)
+        node.heard_at = now
+        node.record = replace(node.record, state=state, last_heartbeat=wall)
         if changed or liveness.DURABLE[state] != liveness.DURABLE[before]:
             self._changes.append(node.record)
         if state != before:
@@ -520,6 +557,6 @@ class CatalogCore:
             return None
         rec = node.record
         return liveness.next_change(
-            rec.state, rec.last_heartbeat, rec.heartbeat_interval,
+            rec.state, node.heard_at, rec.heartbeat_interval,
             self.config.heartbeat_misses, self.config.grace,
         )  # fmt: skip

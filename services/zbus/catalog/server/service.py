@@ -24,7 +24,6 @@ import collections
 import contextlib
 import logging
 import socket
-import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, cast
 
@@ -70,14 +69,15 @@ BEAT_CHUNK = 32  # catalog HEARTBEATs sent per loop turn
 READS_PER_TURN = 256  # ROUTER messages handled per loop turn
 
 
-def record_json(record: NodeRecord, now: float) -> dict[str, Any]:
+def record_json(record: NodeRecord, uptime: float | None) -> dict[str, Any]:
+    """A node as the admin API shows it; ``uptime`` in seconds (monotonic)."""
     return {
         "name": record.name,
         "state": record.state,
         "info": record.info,
         "registered_at": record.registered_at,
         "last_heartbeat": record.last_heartbeat,
-        "uptime_seconds": round(max(0.0, now - record.registered_at), 3),
+        "uptime_seconds": round(uptime or 0.0, 3),
         "heartbeat_interval": record.heartbeat_interval,
         "udp_address": record.address,
         "time_encoding": record.time_encoding.name.lower(),
@@ -167,7 +167,7 @@ class CatalogService(Service):
         self._read_scheduled = False
         self._flushing: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._timer_at = 0.0  # monotonic time of the timer's next round
+        self._timer_at = 0.0  # monotonic time (self.clock) of the timer's next round
         loop = asyncio.get_running_loop()
         try:
             self.udp, _ = await loop.create_datagram_endpoint(
@@ -190,7 +190,8 @@ class CatalogService(Service):
             allowed_names=s.allowed(),
             allowed_keys=self.allowed_client_keys,
         )
-        self.core = CatalogCore(config, records, now=self.clock.time())
+        clock = self.clock
+        self.core = CatalogCore(config, records, now=clock.monotonic(), wall=clock.time())
         self.beacon: BeaconSender | None = None
         if s.beacon_port:
             tcp_port = int(self.endpoints["dbp"].rsplit(":", 1)[1])
@@ -251,7 +252,8 @@ class CatalogService(Service):
         self._read_scheduled = False
         if self.stopping:
             return
-        raw, core, now = self._raw, self.core, self.clock.time()
+        raw, core = self._raw, self.core
+        now, wall = self.clock.monotonic(), self.clock.time()
         for _ in range(READS_PER_TURN):
             try:
                 frames = raw.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -265,10 +267,10 @@ class CatalogService(Service):
                 core.invalid_message()
                 continue
             key = peer_key(frames[-1]) if core.config.allowed_keys is not None else None
-            core.tcp_message(identity, cmd, now, peer_key=key)
+            core.tcp_message(identity, cmd, now, wall=wall, peer_key=key)
         self._pump()
         self._poke()
-        deadline = self.core.next_deadline() - self.clock.time() + time.monotonic()
+        deadline = self.core.next_deadline()
         if deadline < self._timer_at:
             self._timer_at = deadline
             self._wake.set()
@@ -299,33 +301,35 @@ class CatalogService(Service):
             self._reject("udp", f"{addr[0]}:{addr[1]}", exc)
             self.core.invalid_message()
             return
-        self.core.udp_heartbeat(addr, cmd, self.clock.time())
+        self.core.udp_heartbeat(addr, cmd, self.clock.monotonic(), wall=self.clock.time())
         # No flush here: a heartbeat sends nothing, and the state change it may bring is
         # written by the timer's next round (at most TICK_MIN later).
 
     def _reject(self, transport: str, peer: str, exc: ProtocolError) -> None:
         reason = reject_reason(exc)
         self._rejected.labels(transport, reason).inc()
-        if self._limiter.allow(time.time()):
+        if self._limiter.allow(self.clock.monotonic()):
             log.warning(
                 "catalog message rejected",
                 extra={"transport": transport, "peer": peer, "reason": reason, "error": str(exc)},
             )
 
     async def _timer(self) -> None:
+        clock = self.clock
         while True:
             # Liveness work grows with the number of nodes: run it at most every TICK_MIN
             # seconds (every change due by then is applied in one round), at least once a
             # second; a round takes turns of TICK_BUDGET nodes with replies in between.
-            delay = self.core.next_deadline() - self.clock.time()
-            self._timer_at = time.monotonic() + min(max(delay, TICK_MIN), 1.0)
+            now = clock.monotonic()
+            delay = self.core.next_deadline() - now
+            self._timer_at = now + min(max(delay, TICK_MIN), 1.0)
             await asyncio.sleep(TICK_MIN)
             with contextlib.suppress(TimeoutError):
                 # Woken early by a registration whose first deadline comes sooner.
-                await asyncio.wait_for(self._wake.wait(), self._timer_at - time.monotonic())
+                await asyncio.wait_for(self._wake.wait(), self._timer_at - clock.monotonic())
             self._wake.clear()
-            now = self.clock.time()
-            while self.core.tick(now, TICK_BUDGET):
+            now, wall = clock.monotonic(), clock.time()
+            while self.core.tick(now, TICK_BUDGET, wall=wall):
                 self._pump()
                 await asyncio.sleep(0)
             self._pump()
@@ -359,24 +363,28 @@ class CatalogService(Service):
         @app.get("/api/v1/services", tags=["services"])
         async def services() -> dict[str, Any]:
             """Every registered service with its state, endpoints and last heartbeat."""
-            now = self.clock.time()
-            return {"services": [record_json(r, now) for r in self.core.nodes()]}
+            now = self.clock.monotonic()
+            return {
+                "services": [
+                    record_json(r, self.core.uptime(r.name, now)) for r in self.core.nodes()
+                ]
+            }
 
         @app.delete("/api/v1/services/{name}", dependencies=[TokenRequired], tags=["services"])
         async def deregister(name: str) -> dict[str, Any]:
             """Remove a service from the catalog; it is told (DISCONNECT) and may register
             again."""
-            if not self.core.deregister(name, self.clock.time()):
+            if not self.core.deregister(name, wall=self.clock.time()):
                 raise HTTPException(404, f"no service {name!r} is registered")
             await self._flush()
             return {"name": name, "deregistered": True}
 
         @app.get("/api/v1/services/{name}", tags=["services"])
         async def service(name: str) -> dict[str, Any]:
-            now = self.clock.time()
+            now = self.clock.monotonic()
             for record in self.core.nodes():
                 if record.name == name:
-                    return record_json(record, now)
+                    return record_json(record, self.core.uptime(name, now))
             raise HTTPException(404, f"no service {name!r} is registered")
 
         @app.get("/api/v1/logs", tags=["logs"])
@@ -422,8 +430,10 @@ class CatalogService(Service):
 
         # Called by the base class's constructor: the dashboard's parts are made here.
         self.history = History(self.settings.history_interval)
-        self.proxy = AdminProxy(self.cluster_targets, self.registry)
-        self.sampler = Sampler(self.history, self.cluster_targets, self.registry.collect)
+        self.proxy = AdminProxy(self.cluster_targets, self.registry, clock=self.clock)
+        self.sampler = Sampler(
+            self.history, self.cluster_targets, self.registry.collect, clock=self.clock
+        )
         dashboard.mount(app)
         dashboard_api.add_routes(app, self.history, self.proxy, TokenRequired)
 
