@@ -35,9 +35,9 @@ from zbus.eventbus.server.pppp_admin import PpppMetrics, pppp_status
 from zbus.eventbus.server.pppp_door import PpppDoor
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
-    Event,
+    LoggedEvent,
     SqliteEventLog,
-    SqliteLogReader,
+    SqliteEventLogReader,
     StoreError,
 )
 from zbus.runtime.admin import TokenRequired
@@ -56,7 +56,7 @@ class PublishRequest(BaseModel):
     uuid: str | None = Field(None, description="event UUID (idempotency key); new if absent")
 
 
-def event_json(e: Event) -> dict[str, Any]:
+def event_json(e: LoggedEvent) -> dict[str, Any]:
     """An event for the admin API: data decoded from msgpack when it is msgpack."""
     try:
         data: Any = msgpack.unpackb(e.data, raw=False)
@@ -121,7 +121,7 @@ class EventBusService(Service):
             self.secure,
             # A spec snapshot reads on a connection of its own: a small cache each.
             open_transfer_reader=functools.partial(
-                SqliteLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
+                SqliteEventLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
             ),
         )
         for thread in (self.pipeline, self.snapshots):
@@ -219,7 +219,7 @@ class EventBusService(Service):
         # it waits for, so closing from another thread could race a running query.
         executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eventbus-watch")
         loop = asyncio.get_running_loop()
-        reader = await loop.run_in_executor(executor, SqliteLogReader, self.log_path)
+        reader = await loop.run_in_executor(executor, SqliteEventLogReader, self.log_path)
         try:
             while True:
                 total = self.registry.get_sample_value("zbus_eventbus_events_stored_total") or 0
@@ -301,7 +301,7 @@ class EventBusService(Service):
 
     async def _read(self, fn_name: str, *args: Any) -> Any:
         def call() -> Any:
-            reader = SqliteLogReader(self.log_path)
+            reader = SqliteEventLogReader(self.log_path)
             try:
                 return getattr(reader, fn_name)(*args)
             finally:

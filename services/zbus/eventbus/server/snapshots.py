@@ -31,7 +31,7 @@ from zbus.eventbus.core.flow import SNAPSHOT_REQUEST_BYTES
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
-from zbus.eventbus.server.store import LogReader, StoreError
+from zbus.eventbus.server.store import EventLogReader, StoreError
 from zbus.eventbus.server.transfers import Sent, SpecTransfers
 
 log = logging.getLogger(__name__)
@@ -46,10 +46,10 @@ class SnapshotServer(SocketThread):
         self,
         ctx: zmq.Context[Any],
         settings: EventBusSettings,
-        open_reader: Callable[[], LogReader],
+        open_reader: Callable[[], EventLogReader],
         metrics: BusMetrics,
         secure: Callable[[zmq.Socket[Any]], None],
-        open_transfer_reader: Callable[[], LogReader] | None = None,
+        open_transfer_reader: Callable[[], EventLogReader] | None = None,
     ) -> None:
         super().__init__("eventbus-snapshots")
         self.ctx = ctx

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from zbus.common.protocols import eventbus as eb
 from zbus.eventbus.server.metrics import BusMetrics
-from zbus.eventbus.server.records import Event, LogReader
+from zbus.eventbus.server.records import EventLogReader, LoggedEvent
 from zbus.eventbus.server.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,9 @@ class Sent(enum.Enum):
 class _Transfer:
     identity: bytes
     request: eb.SyncStart
-    reader: LogReader | None = None
+    reader: EventLogReader | None = None
     sequence: int = 0
-    events: Iterator[Event] | None = None
+    events: Iterator[LoggedEvent] | None = None
     held: list[bytes] | None = None  # the message a full queue refused, sent first
     progress_at: float = 0.0
     ended: bool = False  # SYNCEND is the held message (or was sent)
@@ -66,7 +66,7 @@ class SpecTransfers:
 
     def __init__(
         self,
-        open_reader: Callable[[], LogReader],
+        open_reader: Callable[[], EventLogReader],
         send: Callable[[bytes, list[bytes]], Sent],
         dialect: eb.Dialect,
         metrics: BusMetrics,
