@@ -17,7 +17,6 @@ has read half its queue; a zbus subscriber repairs the gap from the log).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import msgpack
@@ -31,8 +30,8 @@ from zbus.common.protocols.eventbus_limits import EventFieldError
 from zbus.common.rejects import LogLimiter, reject_reason
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
-from zbus.eventbus.core.bus import HeartbeatSchedule, Subscriptions
 from zbus.eventbus.core.flow import stream_messages
+from zbus.eventbus.core.spec import SpecPublisher
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
@@ -65,10 +64,13 @@ class Pipeline(SocketThread):
         self.stream_inproc = f"{inproc}-stream"
         self.dialect = eb.NODE_REFERENCE if settings.compat == "node" else eb.SPEC
         self.endpoints: dict[str, str] = {}
-        self.subscriptions = Subscriptions()
+        # The Node.js client knows no HUGZ.
+        self.spec = SpecPublisher(
+            self.dialect, settings.heartbeat_interval, hugz=settings.compat != "node"
+        )
+        self.subscriptions = self.spec.subscriptions  # read by the admin API
         self.peer_counts: dict[str, int] = {}
         self._limiter = LogLimiter()
-        self._beat = HeartbeatSchedule(settings.heartbeat_interval)
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self._next_retention = 0.0
 
@@ -129,10 +131,11 @@ class Pipeline(SocketThread):
         for counter in self._peers.values():
             poller.register(counter.monitor, zmq.POLLIN)
         monitors = {c.monitor: name for name, c in self._peers.items()}
-        self._beat.sent(self.clock.monotonic())
+        spec = self.spec
+        spec.beat.sent(self.clock.monotonic())
         while not self.halted:
             now = self.clock.monotonic()
-            timeout = min(POLL_MS, int(self._beat.timeout(now) * 1000) + 1)
+            timeout = min(POLL_MS, int(spec.beat.timeout(now) * 1000) + 1)
             for sock, _ in poller.poll(timeout):
                 if sock is self.collector:
                     self._drain()
@@ -143,7 +146,7 @@ class Pipeline(SocketThread):
                     self.peer_counts[name] = self._peers[name].drain()
                     self.metrics.peers.labels(name).set(self.peer_counts[name])
             now = self.clock.monotonic()
-            if self._beat.is_due(now):
+            if spec.beat.is_due(now):
                 self._heartbeat(now)
             self._maybe_retain()
         # Stop: take in and commit what is already queued, so nothing received is lost.
@@ -155,15 +158,15 @@ class Pipeline(SocketThread):
                 message = self.publisher.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if not self.subscriptions.update(message):
+            if not self.spec.subscribe(message):
                 self.metrics.rejected.labels("publisher", "unknown_command").inc()
 
     def _heartbeat(self, now: float) -> None:
         seq = self.store.last_sequence()
-        if self.settings.compat != "node":  # the Node.js client knows no HUGZ
-            self._fan_out(self.publisher, eb.encode(eb.Heartbeat(seq), self.dialect), "publisher")
+        hugz = self.spec.heartbeat(seq, now)
+        if hugz is not None:
+            self._fan_out(self.publisher, hugz, "publisher")
         self._fan_out(self.stream, ext.encode(ext.StreamHeartbeat(seq)), "stream")
-        self._beat.sent(now)
 
     def _fan_out(self, sock: zmq.Socket[Any], frames: list[bytes], name: str) -> None:
         """Send on a PUB socket; when a subscriber is full, count it and send past it."""
@@ -228,7 +231,7 @@ class Pipeline(SocketThread):
 
     def _refuse(self, identity: bytes, reason: str, detail: str, *, reply: bool) -> None:
         self.metrics.rejected.labels("collector", reason).inc()
-        if self._limiter.allow(time.time()):
+        if self._limiter.allow(self.clock.monotonic()):
             log.warning(
                 "collector message rejected",
                 extra={"peer": identity.hex(), "reason": reason, "error": detail},
@@ -245,7 +248,7 @@ class Pipeline(SocketThread):
             self.metrics.overflows.labels("collector").inc()
 
     def _commit(self, batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]) -> None:
-        started = time.perf_counter()
+        started = self.clock.monotonic()
         try:
             result = self.store.append(batch, self.clock.time())
         except StoreError as exc:
@@ -254,7 +257,7 @@ class Pipeline(SocketThread):
             for identity, _ in confirms:
                 self._send_reply(identity, ext.encode(ext.Error(f"storage failed: {exc}")))
             return
-        self.metrics.commit_seconds.observe(time.perf_counter() - started)
+        self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
         self._broadcast(result)
         if confirms:
             seqs = {e.uuid: e.seq for e in result.stored}
@@ -275,21 +278,13 @@ class Pipeline(SocketThread):
         for _, payload in stream_messages(stored[0].seq, rows, self._message_cap, self._pack):
             self._fan_out(self.stream, [ext.STREAM_BATCH, payload], "stream")
         self.metrics.broadcast.labels("stream").inc(len(stored))
-        subs = self.subscriptions
-        if subs.active:
-            encode, dialect, sent, fan_out = eb.encode, self.dialect, 0, self._fan_out
-            for e in stored:
-                if subs.wants(e.topic):
-                    fan_out(
-                        self.publisher,
-                        encode(
-                            eb.Broadcast(e.topic, e.seq, e.producer, e.ts, e.uuid, e.data), dialect
-                        ),
-                        "publisher",
-                    )
-                    sent += 1
+        if self.subscriptions.active:
+            sent, fan_out, publisher = 0, self._fan_out, self.publisher
+            for frames in self.spec.broadcasts(stored):
+                fan_out(publisher, frames, "publisher")
+                sent += 1
             self.metrics.broadcast.labels("publisher").inc(sent)
-        self._beat.sent(self.clock.monotonic())
+        self.spec.beat.sent(self.clock.monotonic())
 
     # ----------------------------------------------------------------- retention
     def _maybe_retain(self) -> None:

@@ -24,12 +24,11 @@ from zbus.common.clock import Clock
 from zbus.common.metrics import family_totals
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.sqlite import checkpoint
-from zbus.eventbus.core.bus import RateMeter
 from zbus.eventbus.server.archive import ArchiveError, Archiver
 from zbus.eventbus.server.archive_process import ArchiveProcess
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.mc0_door import Mc0Door, Mc0Metrics
-from zbus.eventbus.server.metrics import BusMetrics
+from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
 from zbus.eventbus.server.pppp_admin import PpppMetrics, pppp_status
 from zbus.eventbus.server.pppp_door import PpppDoor
@@ -119,6 +118,7 @@ class EventBusService(Service):
             self.store.reader,
             self.metrics,
             self.secure,
+            clock=self.clock,
             # A spec snapshot reads on a connection of its own: a small cache each.
             open_transfer_reader=functools.partial(
                 SqliteEventLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
