@@ -19,6 +19,7 @@ from zbus.eventbus.core.spec import (
     STALL_SECONDS,
     TURN,
     CloseTransfer,
+    Confirm,
     OpenTransfer,
     ReadLatest,
     ReadLog,
@@ -29,6 +30,7 @@ from zbus.eventbus.core.spec import (
     SnapshotCore,
     SnapshotLimits,
     SnapshotOutput,
+    SpecCollector,
     SpecPublisher,
     State,
     Subscriptions,
@@ -531,3 +533,87 @@ def test_hugz_are_due_an_interval_after_the_last_send() -> None:
     assert pub.next_deadline() == 14.0
     node = SpecPublisher(eb.NODE_REFERENCE, 2.0, hugz=False)
     assert node.heartbeat(5, 1.0) is None and node.next_deadline() == 3.0
+
+
+# ------------------------------------------------------------------ collector
+@dataclass(frozen=True)
+class New:
+    topic: str
+    producer: str
+    ts: str
+    uuid: str
+    data: bytes
+
+
+def new_collector(max_batch_events: int = 3) -> SpecCollector[New]:
+    return SpecCollector(eb.SPEC, New, max_event_bytes=64, max_batch_events=max_batch_events)
+
+
+def uid(i: int) -> str:
+    return f"00000000-0000-4000-8000-{i:012d}"
+
+
+def zb_pub(n: int, confirm: bool = True) -> list[bytes]:
+    events = tuple(ext.EventData(f"/t/{i}", "p", TS, uid(i), b"x") for i in range(n))
+    return ext.encode(ext.PubBatch(events, confirm))
+
+
+def test_a_spec_pub_adds_one_event_and_no_confirm() -> None:
+    collector = new_collector()
+    batch: list[New] = []
+    confirms: list[Confirm] = []
+    frames = eb.encode(eb.Pub("/a", None, "p", TS, UUID, b"data"))
+    assert collector.take(A, frames, batch, confirms) == 1
+    assert batch == [New("/a", "p", TS, UUID, b"data")] and confirms == []
+    assert collector.refusals == []
+
+
+def test_a_zb_pub_adds_its_events_and_its_confirm() -> None:
+    collector = new_collector()
+    batch: list[New] = []
+    confirms: list[Confirm] = []
+    assert collector.take(A, zb_pub(2), batch, confirms) == 2
+    assert collector.take(B, zb_pub(1, confirm=False), batch, confirms) == 1
+    assert [e.topic for e in batch] == ["/t/0", "/t/1", "/t/0"]
+    assert confirms == [(A, [uid(0), uid(1)])]
+
+
+def test_confirms_give_each_uuid_its_sequence_stored_now_or_before() -> None:
+    collector = new_collector()
+    stored = [Ev(10, "/t/0", uuid=uid(0))]
+    replies = collector.confirmations(stored, [(uid(1), 4)], [(A, [uid(0), uid(1)]), (B, [uid(9)])])
+    assert [(who, ext.decode_collector_reply(frames)) for who, frames in replies] == [
+        (A, ext.Confirm(((uid(0), 10), (uid(1), 4)))),
+        (B, ext.Confirm(())),
+    ]
+    assert collector.confirmations(stored, [], []) == []
+    ((who, frames),) = collector.failures("disk full", [(A, [uid(0)])])
+    assert who == A and ext.decode_collector_reply(frames) == ext.Error("storage failed: disk full")
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason", "answered"),
+    [
+        (zb_pub(4), "too_large", True),
+        ([ext.PUB_BATCH, b"\xc1", b""], "bad_value", True),
+        ([b"\0ZB-NOPE", b"", b""], "unknown_command", True),
+        (eb.encode(eb.Pub("/a", None, "p", TS, UUID, bytes(65))), "bad_data", False),
+        ([b"", *eb.encode(eb.Pub("/a", None, "p", TS, UUID, b""))[1:]], "bad_topic", False),
+        ([b"/a", b"x"], "frame_count", False),
+    ],
+)
+def test_a_refused_message_adds_nothing_and_is_counted_by_reason(
+    frames: list[bytes], reason: str, answered: bool
+) -> None:
+    collector = new_collector()
+    batch: list[New] = []
+    confirms: list[Confirm] = []
+    assert collector.take(A, frames, batch, confirms) == 0
+    assert batch == [] and confirms == []
+    (refusal,) = collector.refusals
+    assert (refusal.identity, refusal.reason) == (A, reason)
+    if answered:
+        assert refusal.reply is not None
+        assert isinstance(ext.decode_collector_reply(refusal.reply), ext.Error)
+    else:
+        assert refusal.reply is None

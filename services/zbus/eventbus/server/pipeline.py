@@ -25,13 +25,11 @@ import zmq
 from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
-from zbus.common.protocols.errors import ProtocolError
-from zbus.common.protocols.eventbus_limits import EventFieldError
-from zbus.common.rejects import LogLimiter, reject_reason
+from zbus.common.rejects import LogLimiter
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
 from zbus.eventbus.core.flow import stream_messages
-from zbus.eventbus.core.spec import SpecPublisher
+from zbus.eventbus.core.spec import Confirm, SpecCollector, SpecPublisher
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
@@ -68,10 +66,16 @@ class Pipeline(SocketThread):
         self.spec = SpecPublisher(
             self.dialect, settings.heartbeat_interval, hugz=settings.compat != "node"
         )
+        self.collecting = SpecCollector(
+            self.dialect,
+            NewEvent,
+            max_event_bytes=settings.max_event_bytes,
+            max_batch_events=settings.max_batch_events,
+        )
         self.subscriptions = self.spec.subscriptions  # read by the admin API
         self.peer_counts: dict[str, int] = {}
         self._limiter = LogLimiter()
-        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._pack = msgpack.Packer(use_bin_type=True).pack  # stream messages
         self._next_retention = 0.0
 
     def open(self) -> None:
@@ -187,57 +191,38 @@ class Pipeline(SocketThread):
     def _drain(self) -> None:
         """Take every message queued on the collector (up to batch_max events), commit once."""
         batch: list[NewEvent] = []
-        confirms: list[tuple[bytes, list[str]]] = []
+        confirms: list[Confirm] = []
         limit, max_bytes = self.settings.batch_max, self.settings.batch_max_bytes
+        collecting = self.collecting
+        take, recv = collecting.take, self.collector.recv_multipart
         taken = 0  # bytes of the messages taken: what this batch holds in memory, about
+        received = 0
         while len(batch) < limit and taken < max_bytes:
             try:
-                frames = self.collector.recv_multipart(zmq.NOBLOCK, copy=True)
+                frames = recv(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 break
             taken += sum(map(len, frames))
-            self._take(frames, batch, confirms)
+            received += take(frames[0], frames[1:], batch, confirms)
+            if collecting.refusals:
+                self._refused()
+        if received:
+            self.metrics.received.inc(received)
         if batch or confirms:
             self._commit(batch, confirms)
 
-    def _take(
-        self, frames: list[bytes], batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]
-    ) -> None:
-        identity, body = frames[0], frames[1:]
-        max_data = self.settings.max_event_bytes
-        try:
-            if body and ext.is_extension(body[0]):
-                confirm, rows = ext.decode_collector_rows(body, max_data=max_data)
-                if len(rows) > self.settings.max_batch_events:
-                    self._refuse(
-                        identity,
-                        "too_large",
-                        f"at most {self.settings.max_batch_events} events per ZB-PUB",
-                        reply=True,
-                    )
-                    return
-                batch.extend(NewEvent(*row) for row in rows)
-                if confirm:
-                    confirms.append((identity, [row[3] for row in rows]))
-                self.metrics.received.inc(len(rows))
-            else:
-                pub = eb.decode_collector(body, self.dialect, max_data=max_data)
-                batch.append(NewEvent(pub.topic, pub.producer, pub.timestamp, pub.uuid, pub.data))
-                self.metrics.received.inc()
-        except ProtocolError as exc:
-            # A bad event field is counted by field (bad_topic, bad_data...): bounded labels.
-            reason = f"bad_{exc.field}" if isinstance(exc, EventFieldError) else reject_reason(exc)
-            self._refuse(identity, reason, str(exc), reply=bool(body and ext.is_extension(body[0])))
-
-    def _refuse(self, identity: bytes, reason: str, detail: str, *, reply: bool) -> None:
-        self.metrics.rejected.labels("collector", reason).inc()
-        if self._limiter.allow(self.clock.monotonic()):
-            log.warning(
-                "collector message rejected",
-                extra={"peer": identity.hex(), "reason": reason, "error": detail},
-            )
-        if reply:
-            self._send_reply(identity, ext.encode(ext.Error(detail)))
+    def _refused(self) -> None:
+        """Count, log and answer the messages the collector core refused."""
+        for r in self.collecting.refusals:
+            self.metrics.rejected.labels("collector", r.reason).inc()
+            if self._limiter.allow(self.clock.monotonic()):
+                log.warning(
+                    "collector message rejected",
+                    extra={"peer": r.identity.hex(), "reason": r.reason, "error": r.detail},
+                )
+            if r.reply is not None:
+                self._send_reply(r.identity, r.reply)
+        self.collecting.refusals.clear()
 
     def _send_reply(self, identity: bytes, frames: list[bytes]) -> None:
         # A peer that is gone, or past its bound because it reads no replies, times out
@@ -247,24 +232,22 @@ class Pipeline(SocketThread):
         except zmq.ZMQError:
             self.metrics.overflows.labels("collector").inc()
 
-    def _commit(self, batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]) -> None:
+    def _commit(self, batch: list[NewEvent], confirms: list[Confirm]) -> None:
         started = self.clock.monotonic()
         try:
             result = self.store.append(batch, self.clock.time())
         except StoreError as exc:
             self.metrics.rejected.labels("collector", "storage").inc(len(batch))
             log.error("event log append failed", extra={"error": str(exc), "events": len(batch)})
-            for identity, _ in confirms:
-                self._send_reply(identity, ext.encode(ext.Error(f"storage failed: {exc}")))
+            for identity, frames in self.collecting.failures(str(exc), confirms):
+                self._send_reply(identity, frames)
             return
         self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
         self._broadcast(result)
-        if confirms:
-            seqs = {e.uuid: e.seq for e in result.stored}
-            seqs.update(result.duplicates)
-            for identity, uuids in confirms:
-                pairs = [[u, seqs[u]] for u in uuids if u in seqs]
-                self._send_reply(identity, [ext.CONFIRM, self._pack(pairs)])
+        for identity, frames in self.collecting.confirmations(
+            result.stored, result.duplicates, confirms
+        ):
+            self._send_reply(identity, frames)
 
     def _broadcast(self, result: AppendResult) -> None:
         stored = result.stored

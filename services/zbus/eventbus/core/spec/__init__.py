@@ -1,5 +1,6 @@
 """The Event BUS door's core, sans-I/O: the SNAPSHOT service (pages, spec transfers in
-turns, refusals) and the PUBLISHER's logic (subscriptions, BROADCAST, HUGZ).
+turns, refusals), the COLLECTOR's (events for the log, refusals, confirms) and the
+PUBLISHER's (subscriptions, BROADCAST, HUGZ).
 
 A core takes what arrived and the time, and hands back what to send, what to read and
 its next deadline; a read of the log is an action its shell performs, whose result comes
@@ -21,6 +22,7 @@ from zbus.eventbus.core.spec._actions import (
     Sent,
     SnapshotOutput,
 )
+from zbus.eventbus.core.spec._collector import Confirm, SpecCollector
 from zbus.eventbus.core.spec._publisher import (
     HeartbeatSchedule,
     SpecPublisher,
@@ -48,6 +50,7 @@ __all__ = [
     "TURN",
     "Action",
     "CloseTransfer",
+    "Confirm",
     "HeartbeatSchedule",
     "LogEntry",
     "OpenTransfer",
@@ -61,6 +64,7 @@ __all__ = [
     "SnapshotCore",
     "SnapshotLimits",
     "SnapshotOutput",
+    "SpecCollector",
     "SpecPublisher",
     "State",
     "Subscriptions",

@@ -122,12 +122,14 @@ Action: TypeAlias = (
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """A request refused: counted by ``reason``; the shell logs ``detail`` (and the
-    traceback of ``error``, a bug's exception, when there is one)."""
+    traceback of ``error``, a bug's exception, when there is one) and sends ``reply``
+    back when there is one."""
 
     identity: bytes
     reason: str
     detail: str
     error: Exception | None = None
+    reply: list[bytes] | None = None
 
 
 @dataclass(slots=True)
