@@ -4,7 +4,11 @@ COLLECTOR (ROUTER) -> decode -> group commit to the log -> PUBLISHER (XPUB, one
 BROADCAST per event, only when a spec subscriber wants it) and STREAM (PUB, one message
 per commit, cut where it would pass the message size) -> confirms. One thread owns the
 sequence and the log's write connection, so no lock is taken per event (ADR 0002).
-Retention runs here too, between batches.
+Retention runs here too, between batches. What a message adds to the batch, what is
+refused, the confirms, which events spec subscribers want and when HUGZ are due are the
+door's core's (:class:`~zbus.eventbus.core.spec.SpecCollector`,
+:class:`~zbus.eventbus.core.spec.SpecPublisher`); this thread has the sockets, the log
+writer and the clock.
 
 What one peer can make the bus hold is bounded in bytes (:mod:`zbus.eventbus.core.flow`):
 every socket's high-water marks come from the byte bounds and the largest message each
