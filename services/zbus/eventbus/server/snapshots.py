@@ -141,7 +141,9 @@ class SnapshotServer(SocketThread):
                     log.error("snapshot read failed", extra={"error": str(exc)})
                     self.core.failed(action, "storage", str(exc), self.clock.monotonic())
                 except Exception as exc:  # a bug must cost one request, not the bus
-                    log.exception("snapshot request failed")
+                    log.exception(
+                        "snapshot request failed", extra={"action": type(action).__name__}
+                    )
                     self.core.failed(action, "internal", str(exc), self.clock.monotonic())
 
     def _do(self, action: spec.Action) -> None:

@@ -276,13 +276,13 @@ class Transfers:
         self._turn.discard(t)
         if self._turn:
             return
-        self._admit(now)
         if self._progressed:
             self._idle_turns = 0
             self._next_turn = now
         else:
             self._idle_turns += 1
             self._next_turn = now + RETRY[min(self._idle_turns, len(RETRY)) - 1]
+        self._admit(now)  # a transfer admitted now has its first turn at once
 
     def _admit(self, now: float) -> None:
         admitted = False
