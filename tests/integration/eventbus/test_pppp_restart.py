@@ -20,7 +20,7 @@ from tests.support.waiting import UNIT
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols import pppp
 from zbus.common.protocols.pppp_event import EventPayload, SyncEnd, decode_payload
-from zbus.eventbus.server.store import SqliteLogReader
+from zbus.eventbus.server.store import SqliteEventLogReader
 
 ROOT = Path(__file__).resolve().parents[3]
 CHANNEL = "/k/"
@@ -144,7 +144,7 @@ def test_a_subscriber_continues_exactly_once_across_kill_9(tmp_path: Path) -> No
         dealer.connect(endpoints["collector"])
         sub.send(pppp.Subscribe(CHANNEL))  # known again: its backlog, no SYNC
         _publish(dealer, 10, batch)
-        reader = SqliteLogReader(tmp_path / "events.db")
+        reader = SqliteEventLogReader(tmp_path / "events.db")
         try:
             want = [e.uuid for e in reader.replay((CHANNEL,), 0, 1_000_000)]
         finally:

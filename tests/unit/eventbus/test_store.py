@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zbus.eventbus.server.store import (
-    Event,
-    LogReader,
+    EventLogReader,
+    LoggedEvent,
     NewEvent,
     SqliteEventLog,
-    SqliteLogReader,
+    SqliteEventLogReader,
     StoreError,
 )
 
@@ -49,14 +49,16 @@ def log(path: Path) -> Iterator[SqliteEventLog]:
 
 
 @pytest.fixture
-def reader(log: SqliteEventLog) -> Iterator[SqliteLogReader]:
+def reader(log: SqliteEventLog) -> Iterator[SqliteEventLogReader]:
     reader = log.reader()
     yield reader
     reader.close()
 
 
-def all_pages(reader: LogReader, subtrees: tuple[str, ...], since: int, limit: int) -> list[Event]:
-    events: list[Event] = []
+def all_pages(
+    reader: EventLogReader, subtrees: tuple[str, ...], since: int, limit: int
+) -> list[LoggedEvent]:
+    events: list[LoggedEvent] = []
     after: str | None = None
     for _ in range(1000):  # bounded: a cursor that does not advance must fail, not hang
         page = reader.snapshot_page(subtrees, since, after, limit)
@@ -78,7 +80,7 @@ def test_sequences_are_contiguous_and_survive_reopen(path: Path) -> None:
     first = log.append([ev("/a", i) for i in range(3)], 1.0)
     second = log.append([ev("/b", i) for i in range(3, 5)], 2.0)
     assert [e.seq for e in first.stored + second.stored] == [1, 2, 3, 4, 5]
-    assert first.stored[0] == Event(1, "/a", "prod", TS, uid(0), b"/a#0")
+    assert first.stored[0] == LoggedEvent(1, "/a", "prod", TS, uid(0), b"/a#0")
     log.close()
 
     log = SqliteEventLog(path)
@@ -91,7 +93,7 @@ def test_sequences_are_contiguous_and_survive_reopen(path: Path) -> None:
 
 
 def test_duplicates_in_the_log_and_in_the_batch_are_reported_not_stored(
-    log: SqliteEventLog, reader: SqliteLogReader
+    log: SqliteEventLog, reader: SqliteEventLogReader
 ) -> None:
     log.append([ev("/a", 1), ev("/a", 2)], 1.0)
     result = log.append([ev("/b", 3), ev("/b", 2), ev("/b", 3), ev("/b", 4)], 2.0)
@@ -107,7 +109,7 @@ def test_duplicates_in_the_log_and_in_the_batch_are_reported_not_stored(
     assert [(t.topic, t.count) for t in reader.topics("", 10)] == [("/a", 2), ("/b", 2)]
 
 
-def test_uuid_text_is_compared_as_a_uuid(log: SqliteEventLog, reader: SqliteLogReader) -> None:
+def test_uuid_text_is_compared_as_a_uuid(log: SqliteEventLog, reader: SqliteEventLogReader) -> None:
     upper = uid(0xABC).upper()
     log.append([NewEvent("/a", "p", TS, upper, b"x")], 1.0)
     result = log.append([NewEvent("/a", "p", TS, uid(0xABC), b"y")], 2.0)
@@ -123,14 +125,14 @@ def test_a_malformed_uuid_rejects_the_batch(log: SqliteEventLog, bad: str) -> No
 
 
 def test_a_failed_append_leaves_nothing_behind(
-    log: SqliteEventLog, reader: SqliteLogReader
+    log: SqliteEventLog, reader: SqliteEventLogReader
 ) -> None:
     log.append([ev("/a", 1)], 1.0)
     # SQLite cannot store the second event's topic: the first one is already inserted.
     broken = NewEvent(object(), "p", TS, uid(3), b"")  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="append failed"):
         log.append([ev("/a", 2), broken], 2.0)
-    assert reader.replay((), 0, 10) == [Event(1, "/a", "prod", TS, uid(1), b"/a#1")]
+    assert reader.replay((), 0, 10) == [LoggedEvent(1, "/a", "prod", TS, uid(1), b"/a#1")]
     assert reader.topics("", 10)[0].count == 1
     # The failed batch's uuids were not remembered and its sequences are reused.
     assert [e.seq for e in log.append([ev("/a", 2)], 3.0).stored] == [2]
@@ -174,16 +176,18 @@ TOPICS = ["/a", "/a/b", "/a/b/c", "/a/bc", "/a/c", "/ab", "/b/x", "/b/y", "/c", 
 
 
 @pytest.fixture
-def filled(log: SqliteEventLog) -> dict[str, Event]:
+def filled(log: SqliteEventLog) -> dict[str, LoggedEvent]:
     """Two rounds over TOPICS; returns the latest event of each topic."""
-    latest: dict[str, Event] = {}
+    latest: dict[str, LoggedEvent] = {}
     for round_ in range(2):
         stored = log.append([ev(t, round_ * 100 + i) for i, t in enumerate(TOPICS)], 1.0).stored
         latest.update((e.topic, e) for e in stored)
     return latest
 
 
-def expected(latest: dict[str, Event], subtrees: tuple[str, ...], since: int = 0) -> list[Event]:
+def expected(
+    latest: dict[str, LoggedEvent], subtrees: tuple[str, ...], since: int = 0
+) -> list[LoggedEvent]:
     return sorted(
         (
             e
@@ -201,13 +205,16 @@ def expected(latest: dict[str, Event], subtrees: tuple[str, ...], since: int = 0
 )  # fmt: skip
 @pytest.mark.parametrize("limit", [1, 2, 3, 100])
 def test_snapshot_pages_cover_each_matching_topic_once(
-    filled: dict[str, Event], reader: SqliteLogReader, subtrees: tuple[str, ...], limit: int
+    filled: dict[str, LoggedEvent],
+    reader: SqliteEventLogReader,
+    subtrees: tuple[str, ...],
+    limit: int,
 ) -> None:
     assert all_pages(reader, subtrees, 0, limit) == expected(filled, subtrees)
 
 
 def test_snapshot_page_since_cursor_and_read_point(
-    log: SqliteEventLog, filled: dict[str, Event], reader: SqliteLogReader
+    log: SqliteEventLog, filled: dict[str, LoggedEvent], reader: SqliteEventLogReader
 ) -> None:
     since = filled["/a/bc"].seq
     assert all_pages(reader, ("/a", "/b"), since, 2) == expected(filled, ("/a", "/b"), since)
@@ -225,7 +232,7 @@ def test_snapshot_page_since_cursor_and_read_point(
 
 
 def test_snapshot_stream_equals_the_pages_at_one_read_point(
-    log: SqliteEventLog, filled: dict[str, Event], reader: SqliteLogReader
+    log: SqliteEventLog, filled: dict[str, LoggedEvent], reader: SqliteEventLogReader
 ) -> None:
     subtrees = ("/a/", "/b")
     sequence, stream = reader.snapshot(subtrees, 3)
@@ -243,7 +250,7 @@ def test_snapshot_stream_equals_the_pages_at_one_read_point(
 
 
 def test_an_open_stream_blocks_the_reader_until_closed(
-    filled: dict[str, Event], reader: SqliteLogReader
+    filled: dict[str, LoggedEvent], reader: SqliteEventLogReader
 ) -> None:
     _, stream = reader.snapshot((), 0)
     next(stream)
@@ -253,7 +260,9 @@ def test_an_open_stream_blocks_the_reader_until_closed(
     assert len(reader.snapshot_page((), 0, None, 100).events) == len(TOPICS)
 
 
-def test_closing_a_reader_ends_its_stream(filled: dict[str, Event], log: SqliteEventLog) -> None:
+def test_closing_a_reader_ends_its_stream(
+    filled: dict[str, LoggedEvent], log: SqliteEventLog
+) -> None:
     reader = log.reader()
     _, stream = reader.snapshot((), 0)
     next(stream)
@@ -265,7 +274,7 @@ ODD_TOPICS = ["a", "a\U0010ffff", "a\U0010ffffb", "b", "\ud7ff", "\ud7ffx", "\ue
 
 
 @pytest.fixture(scope="module")
-def odd_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteLogReader]:
+def odd_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteEventLogReader]:
     log = SqliteEventLog(tmp_path_factory.mktemp("odd") / "events.db")
     log.append([ev(t, i) for i, t in enumerate(ODD_TOPICS)], 1.0)
     reader = log.reader()
@@ -283,7 +292,7 @@ def odd_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteLogReade
     limit=st.integers(1, 4),
 )
 def test_prefix_ranges_match_plain_prefix_matching(
-    odd_log: SqliteLogReader, subtrees: tuple[str, ...], limit: int
+    odd_log: SqliteEventLogReader, subtrees: tuple[str, ...], limit: int
 ) -> None:
     want = sorted(t for t in ODD_TOPICS if not subtrees or any(t.startswith(s) for s in subtrees))
     assert [e.topic for e in all_pages(odd_log, subtrees, 0, limit)] == want
@@ -294,7 +303,7 @@ def test_prefix_ranges_match_plain_prefix_matching(
 
 
 def test_replay_recent_topics_and_stats(
-    log: SqliteEventLog, filled: dict[str, Event], reader: SqliteLogReader, path: Path
+    log: SqliteEventLog, filled: dict[str, LoggedEvent], reader: SqliteEventLogReader, path: Path
 ) -> None:
     everything = reader.replay((), 0, 100)
     assert [e.seq for e in everything] == list(range(1, 21))
@@ -319,7 +328,7 @@ def test_replay_recent_topics_and_stats(
     assert s.size_bytes >= path.stat().st_size > 0
 
 
-def test_stats_of_an_empty_log(reader: SqliteLogReader) -> None:
+def test_stats_of_an_empty_log(reader: SqliteEventLogReader) -> None:
     s = reader.stats()
     assert (s.first_seq, s.last_seq, s.events, s.topics) == (0, 0, 0, 0)
 
@@ -328,7 +337,7 @@ def test_stats_of_an_empty_log(reader: SqliteLogReader) -> None:
 
 
 def test_retention_by_age_keeps_the_latest_of_each_topic(
-    log: SqliteEventLog, reader: SqliteLogReader
+    log: SqliteEventLog, reader: SqliteEventLogReader
 ) -> None:
     log.append([ev("/a", 1), ev("/b", 2), ev("/a", 3)], 100.0)  # 1 2 3
     log.append([ev("/a", 4), ev("/c", 5)], 200.0)  # 4 5
@@ -351,7 +360,7 @@ def test_retention_by_age_keeps_the_latest_of_each_topic(
 
 
 def test_retention_by_count_in_chunks_and_bounded_calls(
-    log: SqliteEventLog, reader: SqliteLogReader
+    log: SqliteEventLog, reader: SqliteEventLogReader
 ) -> None:
     for b in range(5):
         log.append([ev(f"/t{i % 4}", b * 1000 + i) for i in range(1000)], float(b))
@@ -367,7 +376,7 @@ def test_retention_by_count_in_chunks_and_bounded_calls(
 
 
 def test_retention_keeps_what_is_above_the_hold(
-    log: SqliteEventLog, reader: SqliteLogReader
+    log: SqliteEventLog, reader: SqliteEventLogReader
 ) -> None:
     log.append([ev("/t", n) for n in range(1, 5)], 100.0)  # 1..4
     log.append([ev("/t", n) for n in range(5, 9)], 200.0)  # 5..8

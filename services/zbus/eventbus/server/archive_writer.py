@@ -37,7 +37,7 @@ from zbus.eventbus.server.archive_files import (
     redact,
     split_by_day,
 )
-from zbus.eventbus.server.reader import SqliteLogReader
+from zbus.eventbus.server.reader import SqliteEventLogReader
 
 # The archive logs under its public module's name, whichever part logs.
 log = logging.getLogger("zbus.eventbus.server.archive")
@@ -138,7 +138,7 @@ class ArchiveWriter:
         self.archived_through: int | None = None
         self._fs: pafs.FileSystem | None = None
         self._root = ""
-        self._reader: SqliteLogReader | None = None
+        self._reader: SqliteEventLogReader | None = None
         self._recovered = False
 
     def _where(self) -> tuple[pafs.FileSystem, str]:
@@ -146,9 +146,9 @@ class ArchiveWriter:
             self._fs, self._root = open_archive(self.uri)
         return self._fs, self._root
 
-    def _log(self) -> SqliteLogReader:
+    def _log(self) -> SqliteEventLogReader:
         if self._reader is None:
-            self._reader = SqliteLogReader(self.log_path)
+            self._reader = SqliteEventLogReader(self.log_path)
         return self._reader
 
     def recover(self, now: datetime) -> int:

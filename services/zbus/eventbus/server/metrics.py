@@ -1,6 +1,9 @@
-"""The event bus's Prometheus metrics (one registry per service instance)."""
+"""The event bus's Prometheus metrics (one registry per service instance), and the
+publish rate the admin API reports from them."""
 
 from __future__ import annotations
+
+from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -99,3 +102,28 @@ class BusMetrics:
             self.overflows.labels(sock)
         for sock in ("publisher", "stream"):
             self.broadcast.labels(sock)
+
+
+class RateMeter:
+    """Events per second over a sliding window, from (time, running total) samples.
+
+    The admin API's publish rate, from the stored-events counter sampled every second;
+    the time is passed in (monotonic seconds).
+    """
+
+    def __init__(self, window: float = 10.0) -> None:
+        self.window = window
+        self._samples: deque[tuple[float, float]] = deque()
+
+    def sample(self, now: float, total: float) -> None:
+        """Record the running ``total`` at ``now``; samples older than the window go."""
+        self._samples.append((now, total))
+        while len(self._samples) > 2 and now - self._samples[0][0] > self.window:
+            self._samples.popleft()
+
+    def rate(self) -> float:
+        """The rate between the oldest and the newest sample (0 before two samples)."""
+        if len(self._samples) < 2:
+            return 0.0
+        (t0, v0), (t1, v1) = self._samples[0], self._samples[-1]
+        return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0

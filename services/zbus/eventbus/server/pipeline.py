@@ -4,7 +4,11 @@ COLLECTOR (ROUTER) -> decode -> group commit to the log -> PUBLISHER (XPUB, one
 BROADCAST per event, only when a spec subscriber wants it) and STREAM (PUB, one message
 per commit, cut where it would pass the message size) -> confirms. One thread owns the
 sequence and the log's write connection, so no lock is taken per event (ADR 0002).
-Retention runs here too, between batches.
+Retention runs here too, between batches. What a message adds to the batch, what is
+refused, the confirms, which events spec subscribers want and when HUGZ are due are the
+door's core's (:class:`~zbus.eventbus.core.spec.SpecCollector`,
+:class:`~zbus.eventbus.core.spec.SpecPublisher`); this thread has the sockets, the log
+writer and the clock.
 
 What one peer can make the bus hold is bounded in bytes (:mod:`zbus.eventbus.core.flow`):
 every socket's high-water marks come from the byte bounds and the largest message each
@@ -17,7 +21,6 @@ has read half its queue; a zbus subscriber repairs the gap from the log).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import msgpack
@@ -26,13 +29,11 @@ import zmq
 from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
-from zbus.common.protocols.errors import ProtocolError
-from zbus.common.protocols.eventbus_limits import EventFieldError
-from zbus.common.rejects import LogLimiter, reject_reason
+from zbus.common.rejects import LogLimiter
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
-from zbus.eventbus.core.bus import HeartbeatSchedule, Subscriptions
 from zbus.eventbus.core.flow import stream_messages
+from zbus.eventbus.core.spec import Confirm, SpecCollector, SpecPublisher
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
@@ -65,11 +66,20 @@ class Pipeline(SocketThread):
         self.stream_inproc = f"{inproc}-stream"
         self.dialect = eb.NODE_REFERENCE if settings.compat == "node" else eb.SPEC
         self.endpoints: dict[str, str] = {}
-        self.subscriptions = Subscriptions()
+        # The Node.js client knows no HUGZ.
+        self.spec = SpecPublisher(
+            self.dialect, settings.heartbeat_interval, hugz=settings.compat != "node"
+        )
+        self.collecting = SpecCollector(
+            self.dialect,
+            NewEvent,
+            max_event_bytes=settings.max_event_bytes,
+            max_batch_events=settings.max_batch_events,
+        )
+        self.subscriptions = self.spec.subscriptions  # read by the admin API
         self.peer_counts: dict[str, int] = {}
         self._limiter = LogLimiter()
-        self._beat = HeartbeatSchedule(settings.heartbeat_interval)
-        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._pack = msgpack.Packer(use_bin_type=True).pack  # stream messages
         self._next_retention = 0.0
 
     def open(self) -> None:
@@ -129,10 +139,11 @@ class Pipeline(SocketThread):
         for counter in self._peers.values():
             poller.register(counter.monitor, zmq.POLLIN)
         monitors = {c.monitor: name for name, c in self._peers.items()}
-        self._beat.sent(self.clock.monotonic())
+        spec = self.spec
+        spec.beat.sent(self.clock.monotonic())
         while not self.halted:
             now = self.clock.monotonic()
-            timeout = min(POLL_MS, int(self._beat.timeout(now) * 1000) + 1)
+            timeout = min(POLL_MS, int(spec.beat.timeout(now) * 1000) + 1)
             for sock, _ in poller.poll(timeout):
                 if sock is self.collector:
                     self._drain()
@@ -143,7 +154,7 @@ class Pipeline(SocketThread):
                     self.peer_counts[name] = self._peers[name].drain()
                     self.metrics.peers.labels(name).set(self.peer_counts[name])
             now = self.clock.monotonic()
-            if self._beat.is_due(now):
+            if spec.beat.is_due(now):
                 self._heartbeat(now)
             self._maybe_retain()
         # Stop: take in and commit what is already queued, so nothing received is lost.
@@ -155,15 +166,15 @@ class Pipeline(SocketThread):
                 message = self.publisher.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if not self.subscriptions.update(message):
+            if not self.spec.subscribe(message):
                 self.metrics.rejected.labels("publisher", "unknown_command").inc()
 
     def _heartbeat(self, now: float) -> None:
         seq = self.store.last_sequence()
-        if self.settings.compat != "node":  # the Node.js client knows no HUGZ
-            self._fan_out(self.publisher, eb.encode(eb.Heartbeat(seq), self.dialect), "publisher")
+        hugz = self.spec.heartbeat(seq, now)
+        if hugz is not None:
+            self._fan_out(self.publisher, hugz, "publisher")
         self._fan_out(self.stream, ext.encode(ext.StreamHeartbeat(seq)), "stream")
-        self._beat.sent(now)
 
     def _fan_out(self, sock: zmq.Socket[Any], frames: list[bytes], name: str) -> None:
         """Send on a PUB socket; when a subscriber is full, count it and send past it."""
@@ -184,57 +195,38 @@ class Pipeline(SocketThread):
     def _drain(self) -> None:
         """Take every message queued on the collector (up to batch_max events), commit once."""
         batch: list[NewEvent] = []
-        confirms: list[tuple[bytes, list[str]]] = []
+        confirms: list[Confirm] = []
         limit, max_bytes = self.settings.batch_max, self.settings.batch_max_bytes
+        collecting = self.collecting
+        take, recv = collecting.take, self.collector.recv_multipart
         taken = 0  # bytes of the messages taken: what this batch holds in memory, about
+        received = 0
         while len(batch) < limit and taken < max_bytes:
             try:
-                frames = self.collector.recv_multipart(zmq.NOBLOCK, copy=True)
+                frames = recv(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 break
             taken += sum(map(len, frames))
-            self._take(frames, batch, confirms)
+            received += take(frames[0], frames[1:], batch, confirms)
+            if collecting.refusals:
+                self._refused()
+        if received:
+            self.metrics.received.inc(received)
         if batch or confirms:
             self._commit(batch, confirms)
 
-    def _take(
-        self, frames: list[bytes], batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]
-    ) -> None:
-        identity, body = frames[0], frames[1:]
-        max_data = self.settings.max_event_bytes
-        try:
-            if body and ext.is_extension(body[0]):
-                confirm, rows = ext.decode_collector_rows(body, max_data=max_data)
-                if len(rows) > self.settings.max_batch_events:
-                    self._refuse(
-                        identity,
-                        "too_large",
-                        f"at most {self.settings.max_batch_events} events per ZB-PUB",
-                        reply=True,
-                    )
-                    return
-                batch.extend(NewEvent(*row) for row in rows)
-                if confirm:
-                    confirms.append((identity, [row[3] for row in rows]))
-                self.metrics.received.inc(len(rows))
-            else:
-                pub = eb.decode_collector(body, self.dialect, max_data=max_data)
-                batch.append(NewEvent(pub.topic, pub.producer, pub.timestamp, pub.uuid, pub.data))
-                self.metrics.received.inc()
-        except ProtocolError as exc:
-            # A bad event field is counted by field (bad_topic, bad_data...): bounded labels.
-            reason = f"bad_{exc.field}" if isinstance(exc, EventFieldError) else reject_reason(exc)
-            self._refuse(identity, reason, str(exc), reply=bool(body and ext.is_extension(body[0])))
-
-    def _refuse(self, identity: bytes, reason: str, detail: str, *, reply: bool) -> None:
-        self.metrics.rejected.labels("collector", reason).inc()
-        if self._limiter.allow(time.time()):
-            log.warning(
-                "collector message rejected",
-                extra={"peer": identity.hex(), "reason": reason, "error": detail},
-            )
-        if reply:
-            self._send_reply(identity, ext.encode(ext.Error(detail)))
+    def _refused(self) -> None:
+        """Count, log and answer the messages the collector core refused."""
+        for r in self.collecting.refusals:
+            self.metrics.rejected.labels("collector", r.reason).inc()
+            if self._limiter.allow(self.clock.monotonic()):
+                log.warning(
+                    "collector message rejected",
+                    extra={"peer": r.identity.hex(), "reason": r.reason, "error": r.detail},
+                )
+            if r.reply is not None:
+                self._send_reply(r.identity, r.reply)
+        self.collecting.refusals.clear()
 
     def _send_reply(self, identity: bytes, frames: list[bytes]) -> None:
         # A peer that is gone, or past its bound because it reads no replies, times out
@@ -244,24 +236,22 @@ class Pipeline(SocketThread):
         except zmq.ZMQError:
             self.metrics.overflows.labels("collector").inc()
 
-    def _commit(self, batch: list[NewEvent], confirms: list[tuple[bytes, list[str]]]) -> None:
-        started = time.perf_counter()
+    def _commit(self, batch: list[NewEvent], confirms: list[Confirm]) -> None:
+        started = self.clock.monotonic()
         try:
             result = self.store.append(batch, self.clock.time())
         except StoreError as exc:
             self.metrics.rejected.labels("collector", "storage").inc(len(batch))
             log.error("event log append failed", extra={"error": str(exc), "events": len(batch)})
-            for identity, _ in confirms:
-                self._send_reply(identity, ext.encode(ext.Error(f"storage failed: {exc}")))
+            for identity, frames in self.collecting.failures(str(exc), confirms):
+                self._send_reply(identity, frames)
             return
-        self.metrics.commit_seconds.observe(time.perf_counter() - started)
+        self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
         self._broadcast(result)
-        if confirms:
-            seqs = {e.uuid: e.seq for e in result.stored}
-            seqs.update(result.duplicates)
-            for identity, uuids in confirms:
-                pairs = [[u, seqs[u]] for u in uuids if u in seqs]
-                self._send_reply(identity, [ext.CONFIRM, self._pack(pairs)])
+        for identity, frames in self.collecting.confirmations(
+            result.stored, result.duplicates, confirms
+        ):
+            self._send_reply(identity, frames)
 
     def _broadcast(self, result: AppendResult) -> None:
         stored = result.stored
@@ -275,21 +265,13 @@ class Pipeline(SocketThread):
         for _, payload in stream_messages(stored[0].seq, rows, self._message_cap, self._pack):
             self._fan_out(self.stream, [ext.STREAM_BATCH, payload], "stream")
         self.metrics.broadcast.labels("stream").inc(len(stored))
-        subs = self.subscriptions
-        if subs.active:
-            encode, dialect, sent, fan_out = eb.encode, self.dialect, 0, self._fan_out
-            for e in stored:
-                if subs.wants(e.topic):
-                    fan_out(
-                        self.publisher,
-                        encode(
-                            eb.Broadcast(e.topic, e.seq, e.producer, e.ts, e.uuid, e.data), dialect
-                        ),
-                        "publisher",
-                    )
-                    sent += 1
+        if self.subscriptions.active:
+            sent, fan_out, publisher = 0, self._fan_out, self.publisher
+            for frames in self.spec.broadcasts(stored):
+                fan_out(publisher, frames, "publisher")
+                sent += 1
             self.metrics.broadcast.labels("publisher").inc(sent)
-        self._beat.sent(self.clock.monotonic())
+        self.spec.beat.sent(self.clock.monotonic())
 
     # ----------------------------------------------------------------- retention
     def _maybe_retain(self) -> None:

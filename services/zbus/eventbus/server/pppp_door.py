@@ -53,7 +53,7 @@ from zbus.eventbus.core.pppp_cache import Payload, payload_frames
 from zbus.eventbus.core.pppp_subscribers import Times, identity_text
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.pppp_store import PositionStore
-from zbus.eventbus.server.store import Event, SqliteLogReader, StoreError
+from zbus.eventbus.server.store import LoggedEvent, SqliteEventLogReader, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ _POLLIN = int(zmq.POLLIN)
 _SRCFD = int(zmq.SRCFD)
 
 
-def payload_of(event: Event) -> Payload:
+def payload_of(event: LoggedEvent) -> Payload:
     """The PUBLISH payload frames of a logged event."""
     return payload_frames(
         event.seq, event.topic.encode("utf-8"), event.uuid, event.ts, event.producer, event.data
@@ -86,7 +86,7 @@ def payload_of(event: Event) -> Payload:
 class LogSource:
     """The log behind :class:`~zbus.eventbus.core.pppp.EventSource`."""
 
-    def __init__(self, reader: SqliteLogReader, max_bytes: int) -> None:
+    def __init__(self, reader: SqliteEventLogReader, max_bytes: int) -> None:
         self.reader = reader
         self.max_bytes = max_bytes
         self.failures = 0
@@ -185,7 +185,7 @@ class PpppDoor(SocketThread):
     def open(self) -> None:
         s = self.settings
         self.positions = PositionStore(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
-        self.reader = SqliteLogReader(self.log_path)
+        self.reader = SqliteEventLogReader(self.log_path)
         self.source = LogSource(self.reader, CATCH_UP_BYTES)
         self.core = PpppCore(self.times, self.limits, self.source)
         channels = self.positions.channels()

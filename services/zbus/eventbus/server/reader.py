@@ -1,10 +1,10 @@
-"""The event log's read side: :class:`SqliteLogReader` and the queries it runs.
+"""The event log's read side: :class:`SqliteEventLogReader` and the queries it runs.
 
 Apart from the writer (:mod:`zbus.eventbus.server.store`) because a reader is a
 connection of its own that never writes, used from other threads (snapshots, the admin
 API) and from the archive's child process, which needs no writer code. What only reads
 use lives here with it: topic prefixes turned into index ranges, rows decoded into
-:class:`~zbus.eventbus.server.records.Event`. The schema is the writer's (see its module
+:class:`~zbus.eventbus.server.records.LoggedEvent`. The schema is the writer's (see its module
 docstring).
 """
 
@@ -19,19 +19,19 @@ from typing import cast
 
 from zbus.common.sqlite import StoreError, connect
 from zbus.eventbus.core.flow import row_bytes
-from zbus.eventbus.server.records import Event, LogStats, Page, TopicStat, _make
+from zbus.eventbus.server.records import LoggedEvent, LogStats, Page, TopicStat, logged_event
 
 # How errors name the file; the writer says the same.
-_WHAT = "event log"
+LOG_WHAT = "event log"
 _COLUMNS = "e.seq, e.topic, e.producer, e.ts, e.uuid, e.data"
 # The latest event of each topic: a range of the topic index, then one lookup per topic.
 _LATEST = f"SELECT {_COLUMNS} FROM topics AS t CROSS JOIN events AS e ON e.seq = t.last_seq"
 
 
-def _event(row: tuple[int, str, str, str, bytes, bytes]) -> Event:
+def _event(row: tuple[int, str, str, str, bytes, bytes]) -> LoggedEvent:
     seq, topic, producer, ts, raw, data = row
     h = raw.hex()
-    return _make(
+    return logged_event(
         seq, topic, producer, ts, f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", data
     )
 
@@ -97,7 +97,7 @@ def _bound(seq: int) -> int:
     return seq if seq <= MAX_STORED_SEQ else MAX_STORED_SEQ
 
 
-def _max_seq(conn: sqlite3.Connection) -> int:
+def max_sequence(conn: sqlite3.Connection) -> int:
     return cast(int, conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
 
@@ -111,7 +111,7 @@ class _Budget:
         self.taken = 0
         self.full = False
 
-    def take(self, e: Event) -> bool:
+    def take(self, e: LoggedEvent) -> bool:
         if self.taken >= self.rows:
             self.full = True
             return False
@@ -125,15 +125,15 @@ class _Budget:
         return True
 
 
-class SqliteLogReader:
+class SqliteEventLogReader:
     """A read-only view with its own connection. One thread at a time; readers of
     different threads never block each other or the writer (WAL snapshots)."""
 
     def __init__(self, path: Path, *, cache_kib: int = 16_384) -> None:
         self.path = path
-        self._conn = connect(path, cache_kib, create=False, what=_WHAT)
+        self._conn = connect(path, cache_kib, create=False, what=LOG_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
-        self._stream_ref: weakref.ref[Iterator[int | Event]] | None = None
+        self._stream_ref: weakref.ref[Iterator[int | LoggedEvent]] | None = None
 
     def _begin(self) -> None:
         if self._conn.in_transaction:
@@ -142,7 +142,7 @@ class SqliteLogReader:
 
     def _latest(
         self, lo: str, hi: str | None, after: str | None, since: int, limit: int | None = None
-    ) -> Iterator[Event]:
+    ) -> Iterator[LoggedEvent]:
         # One query per range: each is an ordered walk of the topic index, and the ranges
         # are disjoint and sorted, so the results come out in topic order.
         where, params = _range_sql("t.topic", [(lo, hi)], after)
@@ -163,11 +163,11 @@ class SqliteLogReader:
         and no more than ``max_bytes`` of them (:func:`row_bytes`; at least one event)."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        events: list[Event] = []
+        events: list[LoggedEvent] = []
         budget = _Budget(limit, max_bytes)
         self._begin()
         try:
-            sequence = _max_seq(self._conn)
+            sequence = max_sequence(self._conn)
             for lo, hi in _ranges(subtrees):
                 # One extra row tells whether another page follows.
                 for event in self._latest(lo, hi, after, since, limit + 1 - len(events)):
@@ -180,19 +180,21 @@ class SqliteLogReader:
             self._conn.execute("COMMIT")
         return Page(events, events[-1].topic if budget.full else None, sequence)
 
-    def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
+    def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[LoggedEvent]]:
         """The read point's sequence and every matching latest event, in one read
         transaction. The stream must be consumed or closed before this reader's next call;
         dropping it ends the transaction."""
         stream = self._stream(_ranges(subtrees), since)
         sequence = cast(int, next(stream))
         self._stream_ref = weakref.ref(stream)
-        return sequence, cast(Iterator[Event], stream)
+        return sequence, cast(Iterator[LoggedEvent], stream)
 
-    def _stream(self, ranges: list[tuple[str, str | None]], since: int) -> Iterator[int | Event]:
+    def _stream(
+        self, ranges: list[tuple[str, str | None]], since: int
+    ) -> Iterator[int | LoggedEvent]:
         self._begin()
         try:
-            yield _max_seq(self._conn)
+            yield max_sequence(self._conn)
             for lo, hi in ranges:
                 yield from self._latest(lo, hi, None, since)
         finally:
@@ -200,13 +202,13 @@ class SqliteLogReader:
 
     def replay(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
-    ) -> list[Event]:
+    ) -> list[LoggedEvent]:
         """Logged events (not only the latest) with seq > after_seq, in sequence order:
         ``limit`` at most, and no more than ``max_bytes`` of them (at least one)."""
         if max_bytes is None:
             return list(self._replay(subtrees, after_seq, limit))
         budget = _Budget(limit, max_bytes)
-        events: list[Event] = []
+        events: list[LoggedEvent] = []
         for event in self._replay(subtrees, after_seq, limit):
             if not budget.take(event):
                 break
@@ -220,10 +222,10 @@ class SqliteLogReader:
         and its ``sequence`` the log's last one, read in the same transaction (so every
         matching event up to it is in the pages from ``after_seq``)."""
         budget = _Budget(limit, max_bytes)
-        events: list[Event] = []
+        events: list[LoggedEvent] = []
         self._begin()
         try:
-            sequence = _max_seq(self._conn)
+            sequence = max_sequence(self._conn)
             for event in self._replay(subtrees, after_seq, limit + 1):
                 if not budget.take(event):
                     break
@@ -234,31 +236,31 @@ class SqliteLogReader:
 
     def _replay(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int | None
-    ) -> Iterator[Event]:
+    ) -> Iterator[LoggedEvent]:
         where, params = _range_sql("e.topic", _ranges(subtrees))
         sql = f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where} ORDER BY e.seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return map(_event, self._conn.execute(sql, [_bound(after_seq), *params]))
 
-    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
+    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[LoggedEvent]]:
         """:meth:`snapshot` for a client resuming after ``since``: every matching event
         above it, in sequence order (not only each topic's latest), in one read
         transaction, read as the stream is consumed."""
         stream = self._resume_stream(subtrees, since)
         sequence = cast(int, next(stream))
         self._stream_ref = weakref.ref(stream)
-        return sequence, cast(Iterator[Event], stream)
+        return sequence, cast(Iterator[LoggedEvent], stream)
 
-    def _resume_stream(self, subtrees: tuple[str, ...], since: int) -> Iterator[int | Event]:
+    def _resume_stream(self, subtrees: tuple[str, ...], since: int) -> Iterator[int | LoggedEvent]:
         self._begin()
         try:
-            yield _max_seq(self._conn)
+            yield max_sequence(self._conn)
             yield from self._replay(subtrees, since, None)
         finally:
             self._conn.execute("COMMIT")
 
-    def recent(self, prefix: str, limit: int, after: int = 0) -> list[Event]:
+    def recent(self, prefix: str, limit: int, after: int = 0) -> list[LoggedEvent]:
         """The newest events whose topic starts with ``prefix`` and whose sequence is
         above ``after``, newest first. Reads the log backwards from its end, so a rare
         prefix costs a longer walk (never below ``after``)."""
@@ -287,7 +289,7 @@ class SqliteLogReader:
         self._begin()
         try:
             first = self._conn.execute("SELECT coalesce(min(seq), 0) FROM events").fetchone()[0]
-            last = _max_seq(self._conn)
+            last = max_sequence(self._conn)
             events = self._conn.execute("SELECT value FROM meta WHERE key = 'events'").fetchone()
             topics = self._conn.execute("SELECT count(*) FROM topics").fetchone()[0]
         finally:

@@ -25,7 +25,7 @@ class NewEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class LoggedEvent:
     """A stored event. Read back from the log, ``uuid`` is lower-case canonical text."""
 
     seq: int
@@ -38,13 +38,13 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    stored: list[Event]
+    stored: list[LoggedEvent]
     duplicates: list[tuple[str, int]]  # (uuid as given, the sequence it already has)
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    events: list[Event]
+    events: list[LoggedEvent]
     next: str | None  # cursor (the last topic of this page) or None when done
     sequence: int  # the log's last sequence at the page's read point
 
@@ -67,7 +67,7 @@ class LogStats:
     size_bytes: int  # database and WAL files
 
 
-class LogReader(Protocol):
+class EventLogReader(Protocol):
     """A read-only view of the log, for one thread at a time."""
 
     def snapshot_page(
@@ -79,9 +79,13 @@ class LogReader(Protocol):
         max_bytes: int | None = None,
     ) -> Page: ...
 
-    def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]: ...
+    def snapshot(
+        self, subtrees: tuple[str, ...], since: int
+    ) -> tuple[int, Iterator[LoggedEvent]]: ...
 
-    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]: ...
+    def resume(
+        self, subtrees: tuple[str, ...], since: int
+    ) -> tuple[int, Iterator[LoggedEvent]]: ...
 
     def log_page(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
@@ -89,9 +93,9 @@ class LogReader(Protocol):
 
     def replay(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
-    ) -> list[Event]: ...
+    ) -> list[LoggedEvent]: ...
 
-    def recent(self, prefix: str, limit: int) -> list[Event]: ...
+    def recent(self, prefix: str, limit: int) -> list[LoggedEvent]: ...
 
     def topics(self, prefix: str, limit: int, after: str | None = None) -> list[TopicStat]: ...
 
@@ -107,7 +111,7 @@ class EventLog(Protocol):
 
     def append(self, batch: Sequence[NewEvent], received_at: float) -> AppendResult: ...
 
-    def reader(self) -> LogReader: ...
+    def reader(self) -> EventLogReader: ...
 
     def apply_retention(
         self,
@@ -123,14 +127,16 @@ class EventLog(Protocol):
 
 # A frozen dataclass's __init__ goes through object.__setattr__ once per field; setting
 # the slots directly builds the same object in half the time, which matters for appends
-# and snapshot streams (one Event per event).
+# and snapshot streams (one LoggedEvent per event).
 _SET_SEQ, _SET_TOPIC, _SET_PRODUCER, _SET_TS, _SET_UUID, _SET_DATA = (
-    getattr(Event, f).__set__ for f in ("seq", "topic", "producer", "ts", "uuid", "data")
+    getattr(LoggedEvent, f).__set__ for f in ("seq", "topic", "producer", "ts", "uuid", "data")
 )
 
 
-def _make(seq: int, topic: str, producer: str, ts: str, uuid: str, data: bytes) -> Event:
-    ev = object.__new__(Event)
+def logged_event(
+    seq: int, topic: str, producer: str, ts: str, uuid: str, data: bytes
+) -> LoggedEvent:
+    ev = object.__new__(LoggedEvent)
     _SET_SEQ(ev, seq)
     _SET_TOPIC(ev, topic)
     _SET_PRODUCER(ev, producer)

@@ -24,20 +24,19 @@ from zbus.common.clock import Clock
 from zbus.common.metrics import family_totals
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.sqlite import checkpoint
-from zbus.eventbus.core.bus import RateMeter
 from zbus.eventbus.server.archive import ArchiveError, Archiver
 from zbus.eventbus.server.archive_process import ArchiveProcess
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.mc0_door import Mc0Door, Mc0Metrics
-from zbus.eventbus.server.metrics import BusMetrics
+from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
 from zbus.eventbus.server.pppp_admin import PpppMetrics, pppp_status
 from zbus.eventbus.server.pppp_door import PpppDoor
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
-    Event,
+    LoggedEvent,
     SqliteEventLog,
-    SqliteLogReader,
+    SqliteEventLogReader,
     StoreError,
 )
 from zbus.runtime.admin import TokenRequired
@@ -56,7 +55,7 @@ class PublishRequest(BaseModel):
     uuid: str | None = Field(None, description="event UUID (idempotency key); new if absent")
 
 
-def event_json(e: Event) -> dict[str, Any]:
+def event_json(e: LoggedEvent) -> dict[str, Any]:
     """An event for the admin API: data decoded from msgpack when it is msgpack."""
     try:
         data: Any = msgpack.unpackb(e.data, raw=False)
@@ -119,9 +118,10 @@ class EventBusService(Service):
             self.store.reader,
             self.metrics,
             self.secure,
+            clock=self.clock,
             # A spec snapshot reads on a connection of its own: a small cache each.
             open_transfer_reader=functools.partial(
-                SqliteLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
+                SqliteEventLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
             ),
         )
         for thread in (self.pipeline, self.snapshots):
@@ -219,7 +219,7 @@ class EventBusService(Service):
         # it waits for, so closing from another thread could race a running query.
         executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eventbus-watch")
         loop = asyncio.get_running_loop()
-        reader = await loop.run_in_executor(executor, SqliteLogReader, self.log_path)
+        reader = await loop.run_in_executor(executor, SqliteEventLogReader, self.log_path)
         try:
             while True:
                 total = self.registry.get_sample_value("zbus_eventbus_events_stored_total") or 0
@@ -301,7 +301,7 @@ class EventBusService(Service):
 
     async def _read(self, fn_name: str, *args: Any) -> Any:
         def call() -> Any:
-            reader = SqliteLogReader(self.log_path)
+            reader = SqliteEventLogReader(self.log_path)
             try:
                 return getattr(reader, fn_name)(*args)
             finally:

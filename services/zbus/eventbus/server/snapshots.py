@@ -1,44 +1,43 @@
 """The SNAPSHOT socket, in a thread of its own with its own read connections to the log.
 
-zbus clients get one page per ZB-SNAPSHOT request (ADR 0002), at most ``limit`` events
-and the door's message size, which bounds the server's memory whatever the snapshot
-size and the client's speed. Spec clients get SYNC... SYNCEND, served in turns
-(:mod:`zbus.eventbus.server.transfers`) so that a long one holds up no other request.
+The shell of :class:`~zbus.eventbus.core.spec.SnapshotCore`, which decides everything
+(pages, spec transfers in turns, refusals, what to do when a client's queue is full):
+this thread owns the ROUTER, the poller, the read connections and the clock, performs
+the core's actions and hands it their results.
 
 What one client can make the bus hold here is bounded in bytes
 (:mod:`zbus.eventbus.core.flow`): the requests queued from it and the replies queued for
-it, each by a high-water mark over the largest message. A page that finds its client's
-queue full is dropped and counted (the client asks again); a SYNC waits for the next
-turn.
+it, each by a high-water mark over the largest message, and what its transfer keeps
+when the queue is full (one read: ``TURN`` events and ``message_bytes`` at most).
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import math
 from collections.abc import Callable
 from typing import Any
 
 import zmq
 
+from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus as eb
-from zbus.common.protocols import eventbus_ext as ext
-from zbus.common.protocols.errors import ProtocolError
-from zbus.common.rejects import LogLimiter, reject_reason
+from zbus.common.rejects import LogLimiter
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
+from zbus.eventbus.core import spec
 from zbus.eventbus.core.flow import SNAPSHOT_REQUEST_BYTES
+from zbus.eventbus.core.spec import Sent
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
-from zbus.eventbus.server.store import LogReader, StoreError
-from zbus.eventbus.server.transfers import Sent, SpecTransfers
+from zbus.eventbus.server.store import EventLogReader, StoreError
+from zbus.eventbus.server.transfers import TransferReads
 
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
-RETRY_MS = (1, 2, 5, 10, 20, 50)  # waits between turns while every transfer is blocked
-_PAGE_HEADROOM = 8192  # a page's map, cursor and sequence around its events
+READS_PER_WAKE = 1000  # requests taken before the transfers get their turn
 
 
 class SnapshotServer(SocketThread):
@@ -46,10 +45,12 @@ class SnapshotServer(SocketThread):
         self,
         ctx: zmq.Context[Any],
         settings: EventBusSettings,
-        open_reader: Callable[[], LogReader],
+        open_reader: Callable[[], EventLogReader],
         metrics: BusMetrics,
         secure: Callable[[zmq.Socket[Any]], None],
-        open_transfer_reader: Callable[[], LogReader] | None = None,
+        *,
+        clock: Clock,
+        open_transfer_reader: Callable[[], EventLogReader] | None = None,
     ) -> None:
         super().__init__("eventbus-snapshots")
         self.ctx = ctx
@@ -57,16 +58,16 @@ class SnapshotServer(SocketThread):
         self.open_reader = open_reader
         self.metrics = metrics
         self.secure = secure
-        self.dialect = eb.NODE_REFERENCE if settings.compat == "node" else eb.SPEC
+        self.clock = clock
         self.endpoint = ""
         self.peers = 0
         self._limiter = LogLimiter()
-        bounds = settings.bounds()
-        self._bounds = bounds
-        self._page_bytes = bounds.message_bytes - _PAGE_HEADROOM
-        self.transfers = SpecTransfers(
-            open_transfer_reader or open_reader, self._send, self.dialect, metrics
+        self._bounds = bounds = settings.bounds()
+        dialect = eb.NODE_REFERENCE if settings.compat == "node" else eb.SPEC
+        self.core = spec.SnapshotCore(
+            dialect, spec.SnapshotLimits(bounds.message_bytes, read_bytes=bounds.message_bytes)
         )
+        self.transfers = TransferReads(open_transfer_reader or open_reader)
 
     def open(self) -> None:
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -86,7 +87,9 @@ class SnapshotServer(SocketThread):
         self.counter = PeerCounter(self.sock)
 
     def close(self) -> None:
-        self.transfers.close()
+        self.core.close(self.clock.monotonic())
+        self.core.take()  # its readers are closed below, all at once
+        self.transfers.close_all()
         for name in ("counter", "reader"):
             part = getattr(self, name, None)
             if part is not None:
@@ -99,77 +102,111 @@ class SnapshotServer(SocketThread):
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.counter.monitor, zmq.POLLIN)
-        idle_turns = 0
         while not self.halted:
-            if not self.transfers.busy:
-                timeout = POLL_MS
-            elif idle_turns == 0:
-                timeout = 0
-            else:  # every transfer waits for its client: back off, up to 50 ms
-                timeout = RETRY_MS[min(idle_turns, len(RETRY_MS)) - 1]
+            timeout = POLL_MS
+            deadline = self.core.next_deadline()
+            if deadline is not None:
+                wait = math.ceil((deadline - self.clock.monotonic()) * 1000)
+                timeout = max(0, min(POLL_MS, wait))
             for sock, _ in poller.poll(timeout):
                 if sock is self.sock:
                     self._serve_pending()
                 else:
                     self.peers = self.counter.drain()
                     self.metrics.peers.labels("snapshot").set(self.peers)
-            if self.transfers.busy:
-                progressed = self.transfers.turn(time.monotonic())
-                idle_turns = 0 if progressed else idle_turns + 1
+            self.core.tick(self.clock.monotonic())
+            self._perform()
 
     def _serve_pending(self) -> None:
-        for _ in range(1000):
+        for _ in range(READS_PER_WAKE):
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._serve(frames[0], frames[1:])
+            self.core.receive(frames[0], frames[1:], self.clock.monotonic())
+            self._perform()
 
-    def _serve(self, identity: bytes, body: list[bytes]) -> None:
-        extension = bool(body) and ext.is_extension(body[0])
-        try:
-            if extension:
-                self._page(identity, ext.decode_snapshot_request(body))
-            else:
-                self._spec(identity, eb.decode_snapshot_request(body, self.dialect))
-        except ProtocolError as exc:
-            self._reject(identity, reject_reason(exc), str(exc))
-            if extension:
-                self._send(identity, ext.encode(ext.Error(str(exc))))
-        except StoreError as exc:
-            self.metrics.rejected.labels("snapshot", "storage").inc()
-            log.error("snapshot read failed", extra={"error": str(exc)})
-            if extension:
-                self._send(identity, ext.encode(ext.Error(f"storage failed: {exc}")))
-        except Exception as exc:  # a bug must cost one request, not the bus
-            self.metrics.rejected.labels("snapshot", "internal").inc()
-            log.exception("snapshot request failed", extra={"peer": identity.hex()})
-            if extension:
-                self._send(identity, ext.encode(ext.Error(f"internal error: {exc}")))
+    # ---------------------------------------------------------------- actions
+    def _perform(self) -> None:
+        """Perform what the core asks, and what that leads to, until it asks nothing."""
+        while True:
+            out = self.core.take()
+            self._account(out)
+            if not out.actions:
+                return
+            for action in out.actions:
+                try:
+                    self._do(action)
+                except StoreError as exc:
+                    log.error("snapshot read failed", extra={"error": str(exc)})
+                    self.core.failed(action, "storage", str(exc), self.clock.monotonic())
+                except Exception as exc:  # a bug must cost one request, not the bus
+                    log.exception(
+                        "snapshot request failed", extra={"action": type(action).__name__}
+                    )
+                    self.core.failed(action, "internal", str(exc), self.clock.monotonic())
 
-    def _reject(self, identity: bytes, reason: str, detail: str) -> None:
-        self.metrics.rejected.labels("snapshot", reason).inc()
-        if self._limiter.allow(time.time()):
+    def _do(self, action: spec.Action) -> None:
+        core = self.core
+        if isinstance(action, spec.SendTransfer):
+            count, outcome = 0, Sent.OK
+            for frames in action.messages:
+                outcome = self._send(action.identity, frames)
+                if outcome is not Sent.OK:
+                    break
+                count += 1
+            core.transfer_sent(action.transfer, count, outcome, self.clock.monotonic())
+        elif isinstance(action, spec.ReadTransfer):
+            events, ended = self.transfers.read(action)
+            core.transfer_read(action.transfer, events, ended, self.clock.monotonic())
+        elif isinstance(action, spec.Reply):
+            outcome = self._send(action.identity, action.frames)
+            if outcome is not Sent.OK:
+                core.replied(action, outcome)
+        elif isinstance(action, spec.OpenTransfer):
+            sequence = self.transfers.open(action)
+            core.transfer_opened(action.transfer, sequence, self.clock.monotonic())
+        elif isinstance(action, spec.CloseTransfer):
+            self.transfers.close(action.transfer)
+        elif isinstance(action, spec.ReadLatest):
+            a = action
+            page = self.reader.snapshot_page(a.subtrees, a.since, a.after, a.limit, a.max_bytes)
+            now = self.clock.monotonic()
+            core.page_read(a.identity, page.events, page.next, page.sequence, now)
+        elif isinstance(action, spec.ReadLog):
+            page = self.reader.log_page(
+                action.subtrees, action.after_seq, action.limit, action.max_bytes
+            )
+            now = self.clock.monotonic()
+            core.page_read(action.identity, page.events, page.next, page.sequence, now)
+
+    def _account(self, out: spec.SnapshotOutput) -> None:
+        """Count and log what the core reports."""
+        m = self.metrics
+        for (metric, label), n in out.counts.items():
+            if metric == "snapshots":
+                m.snapshots.labels(label).inc(n)
+            elif metric == "rejected":
+                m.rejected.labels("snapshot", label).inc(n)
+            elif metric == "overflows":
+                m.overflows.labels("snapshot").inc(n)
+            else:  # "aborted"
+                m.snapshot_aborted.inc(n)
+        for r in out.refusals:
+            if r.error is not None:
+                log.error(
+                    "snapshot request failed", extra={"peer": r.identity.hex()}, exc_info=r.error
+                )
+            elif self._limiter.allow(self.clock.monotonic()):
+                log.warning(
+                    "snapshot request rejected",
+                    extra={"peer": r.identity.hex(), "reason": r.reason, "error": r.detail},
+                )
+        for identity, sent in out.stalled:
             log.warning(
-                "snapshot request rejected",
-                extra={"peer": identity.hex(), "reason": reason, "error": detail},
+                "spec snapshot dropped: the client read nothing",
+                extra={"peer": identity.hex(), "sent": sent, "seconds": spec.STALL_SECONDS},
             )
-
-    def _page(self, identity: bytes, q: ext.SnapshotQuery) -> None:
-        self.metrics.snapshots.labels(f"page-{q.mode}").inc()
-        if q.mode == "latest":
-            page = self.reader.snapshot_page(
-                q.subtrees, q.since, q.after, q.limit, self._page_bytes
-            )
-        else:
-            page = self.reader.log_page(q.subtrees, ext.log_cursor(q), q.limit, self._page_bytes)
-        out = [[e.seq, e.topic, e.producer, e.ts, e.uuid, e.data] for e in page.events]
-        if self._send(identity, ext.encode_page(out, page.next, page.sequence)) is Sent.FULL:
-            self.metrics.overflows.labels("snapshot").inc()  # it asks again
-
-    def _spec(self, identity: bytes, cmd: eb.SyncStart) -> None:
-        if not self.transfers.request(identity, cmd, time.monotonic()):
-            self._reject(identity, "busy", "too many spec snapshots under way")
 
     def _send(self, identity: bytes, frames: list[bytes]) -> Sent:
         """Queue a message for one peer, without waiting."""

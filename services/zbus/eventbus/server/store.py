@@ -48,17 +48,17 @@ from zbus.common.sqlite import (
     open_schema,
     transaction,
 )
-from zbus.eventbus.server.reader import _WHAT, MAX_STORED_SEQ, SqliteLogReader, _max_seq
+from zbus.eventbus.server.reader import LOG_WHAT, MAX_STORED_SEQ, SqliteEventLogReader, max_sequence
 from zbus.eventbus.server.records import (
     AppendResult,
-    Event,
     EventLog,
-    LogReader,
+    EventLogReader,
+    LoggedEvent,
     LogStats,
     NewEvent,
     Page,
     TopicStat,
-    _make,
+    logged_event,
 )
 
 # The writer's names and those of the records and the reader: this module stays the one
@@ -68,14 +68,14 @@ __all__ = [
     "MAX_STORED_SEQ",
     "SCHEMA_VERSION",
     "AppendResult",
-    "Event",
     "EventLog",
-    "LogReader",
+    "EventLogReader",
     "LogStats",
+    "LoggedEvent",
     "NewEvent",
     "Page",
     "SqliteEventLog",
-    "SqliteLogReader",
+    "SqliteEventLogReader",
     "StoreError",
     "TopicStat",
 ]
@@ -147,7 +147,7 @@ class SqliteEventLog:
         """
         self.path = Path(path)
         self._merge_every = max(1, uuid_merge_every)
-        conn = self._conn = connect(self.path, 65_536, create=True, what=_WHAT)
+        conn = self._conn = connect(self.path, 65_536, create=True, what=LOG_WHAT)
         try:
             open_schema(
                 conn,
@@ -155,11 +155,11 @@ class SqliteEventLog:
                 app_id=APPLICATION_ID,
                 version=SCHEMA_VERSION,
                 schema=_SCHEMA,
-                what=_WHAT,
+                what=LOG_WHAT,
             )
             # Fewer, larger checkpoints (4000 pages): each one syncs the database file.
             configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
-            self._last = _max_seq(conn)
+            self._last = max_sequence(conn)
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             self._indexed: int = meta["indexed"]
             self._events: int = meta["events"]
@@ -215,7 +215,7 @@ class SqliteEventLog:
             for seq, (e, raw) in enumerate(fresh, first):
                 topic, data = e.topic, e.data
                 rows.append((seq, topic, e.producer, e.ts, raw, data))
-                stored.append(_make(seq, topic, e.producer, e.ts, e.uuid, data))
+                stored.append(logged_event(seq, topic, e.producer, e.ts, e.uuid, data))
                 agg = per_topic.get(topic)
                 if agg is None:
                     per_topic[topic] = [seq, 1, len(data)]
@@ -287,8 +287,8 @@ class SqliteEventLog:
             self._conn.execute("UPDATE meta SET value = ? WHERE key = 'indexed'", (self._merge_hi,))
         return end
 
-    def reader(self) -> SqliteLogReader:
-        return SqliteLogReader(self.path)
+    def reader(self) -> SqliteEventLogReader:
+        return SqliteEventLogReader(self.path)
 
     def hold_retention(self, through: int | None, holder: str = "archive") -> None:
         """Let retention delete no event above sequence ``through`` for ``holder`` (None:

@@ -1,0 +1,105 @@
+"""The COLLECTOR door of the Event BUS, apart from its socket: what a message to the
+collector adds to the group commit, what is refused and why, and the confirms.
+
+The pipeline (:mod:`zbus.eventbus.server.pipeline`) hands :meth:`SpecCollector.take`
+each message its ROUTER reads, with the group commit's lists to extend, appends the
+batch to the log, and sends what :meth:`SpecCollector.confirmations` makes of the
+result. The hot path: no object per event beyond the one the log stores (``new_event``
+builds it), and nothing per message but the decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+import msgpack
+
+from zbus.common.protocols import eventbus as eb
+from zbus.common.protocols import eventbus_ext as ext
+from zbus.common.protocols.errors import ProtocolError
+from zbus.common.protocols.eventbus_limits import EventFieldError
+from zbus.common.rejects import reject_reason
+from zbus.eventbus.core.spec._actions import LogEntry, Refusal
+
+E = TypeVar("E")
+
+#: A confirm a zbus publisher asked for: who, and the uuids of its events in order.
+Confirm = tuple[bytes, list[str]]
+
+
+class SpecCollector(Generic[E]):
+    """Turns collector messages into events for the log: spec PUBs and ZB-PUB batches."""
+
+    def __init__(
+        self,
+        dialect: eb.Dialect,
+        new_event: Callable[[str, str, str, str, bytes], E],
+        *,
+        max_event_bytes: int,
+        max_batch_events: int,
+    ) -> None:
+        """``new_event(topic, producer, timestamp, uuid, data)`` builds what the log
+        appends; ``max_event_bytes`` bounds an event's data, ``max_batch_events`` the
+        events of one ZB-PUB."""
+        self.dialect = dialect
+        self.new_event = new_event
+        self.max_event_bytes = max_event_bytes
+        self.max_batch_events = max_batch_events
+        #: Messages refused since the shell last looked (it counts, logs and answers).
+        self.refusals: list[Refusal] = []
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+
+    def take(
+        self, identity: bytes, body: Sequence[bytes], batch: list[E], confirms: list[Confirm]
+    ) -> int:
+        """Add the events of one message from ``identity`` to ``batch`` (and its confirm
+        to ``confirms``); returns how many. A message refused adds none and is in
+        :attr:`refusals`, with the ERROR to send back when it was a zbus message."""
+        extension = bool(body) and ext.is_extension(body[0])
+        try:
+            if extension:
+                confirm, rows = ext.decode_collector_rows(body, max_data=self.max_event_bytes)
+                if len(rows) > self.max_batch_events:
+                    detail = f"at most {self.max_batch_events} events per ZB-PUB"
+                    self._refuse(identity, "too_large", detail, extension)
+                    return 0
+                new = self.new_event
+                batch.extend(new(*row) for row in rows)
+                if confirm:
+                    confirms.append((identity, [row[3] for row in rows]))
+                return len(rows)
+            pub = eb.decode_collector(body, self.dialect, max_data=self.max_event_bytes)
+            batch.append(self.new_event(pub.topic, pub.producer, pub.timestamp, pub.uuid, pub.data))
+            return 1
+        except ProtocolError as exc:
+            # A bad event field is counted by field (bad_topic, bad_data...): bounded labels.
+            reason = f"bad_{exc.field}" if isinstance(exc, EventFieldError) else reject_reason(exc)
+            self._refuse(identity, reason, str(exc), extension)
+            return 0
+
+    def confirmations(
+        self, stored: Sequence[LogEntry], duplicates: list[tuple[str, int]], confirms: list[Confirm]
+    ) -> list[tuple[bytes, list[bytes]]]:
+        """The CONFIRM for each publisher that asked: ``[uuid, sequence]`` of each of its
+        events in the log, stored now or before (``duplicates``: uuid, its sequence)."""
+        if not confirms:
+            return []
+        seqs = {e.uuid: e.seq for e in stored}
+        seqs.update(duplicates)
+        pack = self._pack
+        return [
+            (identity, [ext.CONFIRM, pack([[u, seqs[u]] for u in uuids if u in seqs])])
+            for identity, uuids in confirms
+        ]
+
+    @staticmethod
+    def failures(detail: str, confirms: list[Confirm]) -> list[tuple[bytes, list[bytes]]]:
+        """The ERROR for each publisher that asked for a confirm of a batch the log did
+        not store."""
+        error = ext.encode(ext.Error(f"storage failed: {detail}"))
+        return [(identity, error) for identity, _ in confirms]
+
+    def _refuse(self, identity: bytes, reason: str, detail: str, extension: bool) -> None:
+        reply = ext.encode(ext.Error(detail)) if extension else None
+        self.refusals.append(Refusal(identity, reason, detail, reply=reply))
