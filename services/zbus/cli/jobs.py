@@ -30,7 +30,6 @@ from zbus.cli.common import (
     CliError,
     Cluster,
     add_broker_options,
-    add_catalog_option,
     add_json_option,
     add_token_option,
 )
@@ -83,7 +82,6 @@ def add_parser(sub: Any) -> None:
         help="the broker's CURVE public key file (with --curve-secret-key)",
     )
     add_broker_options(submit, zmq=True, admin=False)
-    add_catalog_option(submit)
 
     ls = actions.add_parser("ls", help="list stored jobs, newest first")
     ls.add_argument("--queue", default=None, help="only this queue's jobs")
@@ -108,7 +106,6 @@ def add_parser(sub: Any) -> None:
     )
     for parser in (ls, show, cancel, retry, watch):
         add_broker_options(parser)
-        add_catalog_option(parser)
         add_json_option(parser, streaming=parser is watch)
     for parser in (cancel, retry):
         add_token_option(parser)
@@ -250,19 +247,14 @@ def _short(text: Any, width: int = 60) -> str:
 def _ls(args: argparse.Namespace, cluster: Cluster) -> int:
     if not 1 <= args.limit <= 1000:
         raise CliError("--limit must be between 1 and 1000", 2)
-    body = cluster.get(
+    query = {"queue": args.queue, "state": args.state, "limit": args.limit, "before": args.before}
+    body, jobs = cluster.get_list(
         f"{cluster.broker_admin()}/api/v1/jobs",
         "the broker",
-        params={
-            "queue": args.queue,
-            "state": args.state,
-            "limit": args.limit,
-            "before": args.before,
-        },
+        "jobs",
+        "the broker answered no job list",
+        query,
     )
-    jobs = body.get("jobs") if isinstance(body, dict) else None
-    if not isinstance(jobs, list):
-        raise CliError("the broker answered no job list")
     if args.json:
         print_json(body)
         return 0

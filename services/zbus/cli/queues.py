@@ -15,7 +15,6 @@ from zbus.cli.common import (
     CliError,
     Cluster,
     add_broker_options,
-    add_catalog_option,
     add_json_option,
     add_token_option,
 )
@@ -50,7 +49,6 @@ def add_parsers(sub: Any) -> None:
     wls = wactions.add_parser("ls", help="every worker: queues, free slots, running jobs")
     for parser in (ls, purge, wls):
         add_broker_options(parser)
-        add_catalog_option(parser)
         add_json_option(parser)
 
 
@@ -66,10 +64,9 @@ def run_queues(args: argparse.Namespace, cluster: Cluster) -> int:
             count = body.get("cancelled") if isinstance(body, dict) else "?"
             print(f"queue {args.queue}: {count} queued jobs cancelled")
         return 0
-    body = cluster.get(f"{admin}/api/v1/queues", "the broker")
-    queues = body.get("queues") if isinstance(body, dict) else None
-    if not isinstance(queues, list):
-        raise CliError("the broker answered no queue list")
+    body, queues = cluster.get_list(
+        f"{admin}/api/v1/queues", "the broker", "queues", "the broker answered no queue list"
+    )
     if args.json:
         print_json(body)
         return 0
@@ -114,10 +111,12 @@ def _worker_figures(cluster: Cluster) -> dict[str, dict[str, Any]]:
 
 
 def run_workers(args: argparse.Namespace, cluster: Cluster) -> int:
-    body = cluster.get(f"{cluster.broker_admin()}/api/v1/workers", "the broker")
-    workers = body.get("workers") if isinstance(body, dict) else None
-    if not isinstance(workers, list):
-        raise CliError("the broker answered no worker list")
+    body, workers = cluster.get_list(
+        f"{cluster.broker_admin()}/api/v1/workers",
+        "the broker",
+        "workers",
+        "the broker answered no worker list",
+    )
     try:
         figures = _worker_figures(cluster)
     except CliError:  # no catalog to ask (endpoints given by flags): the broker's view only
