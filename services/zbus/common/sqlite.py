@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import quote
 
 
@@ -140,3 +142,83 @@ def transaction(conn: sqlite3.Connection, path: Path, what: str) -> Iterator[sql
         if isinstance(exc, sqlite3.Error):
             raise StoreError(f"{path}: {what} failed: {exc}") from exc
         raise
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFormat:
+    """One kind of store file: how it is marked, its schema, its connections' page caches.
+
+    Attributes:
+        what: the kind of store in error messages (``"job store"``).
+        app_id: the file's ``PRAGMA application_id``.
+        version: the schema version (``PRAGMA user_version``) this build reads and writes.
+        schema: the SQL that creates the schema in an empty file.
+        writer_cache_kib: the writer connection's page cache.
+        reader_cache_kib: each read-only connection's page cache.
+    """
+
+    what: str
+    app_id: int
+    version: int
+    schema: str
+    writer_cache_kib: int
+    reader_cache_kib: int = 1024
+
+
+class Store:
+    """A store's writer: the file, created or checked, and its one writer connection.
+
+    Subclasses name their :class:`StoreFormat` in ``FORMAT`` and add their operations,
+    writing through :meth:`transaction`. For one thread at a time.
+    """
+
+    FORMAT: ClassVar[StoreFormat]
+
+    def __init__(self, path: Path, *, fsync: bool = False, checkpoint_pages: int = 1000) -> None:
+        """Open (or create) the store file at ``path``.
+
+        Raises:
+            StoreError: the file cannot be opened, or it is not this kind of store.
+        """
+        fmt = self.FORMAT
+        self.path = Path(path)
+        self._conn = open_writer(
+            self.path,
+            fmt.writer_cache_kib,
+            app_id=fmt.app_id,
+            version=fmt.version,
+            schema=fmt.schema,
+            what=fmt.what,
+            fsync=fsync,
+            checkpoint_pages=checkpoint_pages,
+        )
+
+    def transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction on the writer connection (see :func:`transaction`)."""
+        return transaction(self._conn, self.path, what)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class StoreReader:
+    """A read-only connection of its own to a store file, for one thread at a time.
+
+    WAL readers never block each other or the writer.
+    """
+
+    FORMAT: ClassVar[StoreFormat]
+
+    def __init__(self, path: Path) -> None:
+        """Open the existing store file at ``path`` for reading.
+
+        Raises:
+            StoreError: the file cannot be opened.
+        """
+        fmt = self.FORMAT
+        self.path = Path(path)
+        self._conn = connect(self.path, fmt.reader_cache_kib, create=False, what=fmt.what)
+        self._conn.execute("PRAGMA query_only = ON")
+
+    def close(self) -> None:
+        self._conn.close()
