@@ -84,40 +84,37 @@ def add_token_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_located_option(parser: argparse.ArgumentParser, flag: str, what: str, env: str) -> None:
-    """A service's endpoint or admin URL: from the flag, else ``env``, else the catalog."""
-    metavar = "URL" if flag.endswith("-admin") else "ENDPOINT"
-    parser.add_argument(flag, metavar=metavar, default=None, help=_env_help(what, env))
+# The options that say where a service is, by flag: metavar, what it names, its variable.
+_LOCATED_OPTIONS = {
+    "--bus": ("ENDPOINT", "the event bus's base endpoint", "ZBUS_EVENTBUS_ENDPOINT"),
+    "--bus-admin": ("URL", "the event bus's admin URL", "ZBUS_EVENTBUS_ADMIN_URL"),
+    "--broker": ("ENDPOINT", "the broker's client port", "ZBUS_BROKER_CLIENT_ENDPOINT"),
+    "--broker-admin": ("URL", "the broker's admin URL", "ZBUS_BROKER_ADMIN_URL"),
+}
+
+
+def _add_located_options(parser: argparse.ArgumentParser, *flags: str | None) -> None:
+    """The ``flags`` (None: left out), then the catalog options that find the service when
+    neither a flag nor its variable is given."""
+    for flag in flags:
+        if flag is not None:
+            metavar, what, env = _LOCATED_OPTIONS[flag]
+            parser.add_argument(flag, metavar=metavar, default=None, help=_env_help(what, env))
+    add_catalog_option(parser)
 
 
 def add_bus_options(parser: argparse.ArgumentParser, zmq: bool = True, admin: bool = True) -> None:
     """Where the event bus is: ``--bus`` (``zmq``), ``--bus-admin`` (``admin``), and the
-    catalog options (:func:`add_catalog_option`) that find it when they are not given."""
-    if zmq:
-        _add_located_option(
-            parser, "--bus", "the event bus's base endpoint", "ZBUS_EVENTBUS_ENDPOINT"
-        )
-    if admin:
-        _add_located_option(
-            parser, "--bus-admin", "the event bus's admin URL", "ZBUS_EVENTBUS_ADMIN_URL"
-        )
-    add_catalog_option(parser)
+    catalog options (:func:`add_catalog_option`)."""
+    _add_located_options(parser, "--bus" if zmq else None, "--bus-admin" if admin else None)
 
 
 def add_broker_options(
     parser: argparse.ArgumentParser, zmq: bool = False, admin: bool = True
 ) -> None:
     """Where the broker is: ``--broker`` (``zmq``), ``--broker-admin`` (``admin``), and the
-    catalog options (:func:`add_catalog_option`) that find it when they are not given."""
-    if zmq:
-        _add_located_option(
-            parser, "--broker", "the broker's client port", "ZBUS_BROKER_CLIENT_ENDPOINT"
-        )
-    if admin:
-        _add_located_option(
-            parser, "--broker-admin", "the broker's admin URL", "ZBUS_BROKER_ADMIN_URL"
-        )
-    add_catalog_option(parser)
+    catalog options (:func:`add_catalog_option`)."""
+    _add_located_options(parser, "--broker" if zmq else None, "--broker-admin" if admin else None)
 
 
 # --------------------------------------------------------------------------- the cluster
