@@ -18,7 +18,7 @@ from zbus.cli.common import (
     add_json_option,
     add_token_option,
 )
-from zbus.cli.output import ago, identity, print_json, table
+from zbus.cli.output import ago, identity, print_answer, print_json, table
 
 __all__ = ["add_parsers", "run_queues", "run_workers"]
 
@@ -58,12 +58,8 @@ def run_queues(args: argparse.Namespace, cluster: Cluster) -> int:
         body = cluster.post(
             f"{admin}/api/v1/queues/{quote(args.queue, safe='')}/purge", "the broker"
         )
-        if args.json:
-            print_json(body)
-        else:
-            count = body.get("cancelled") if isinstance(body, dict) else "?"
-            print(f"queue {args.queue}: {count} queued jobs cancelled")
-        return 0
+        count = body.get("cancelled") if isinstance(body, dict) else "?"
+        return print_answer(body, args.json, f"queue {args.queue}: {count} queued jobs cancelled")
     body, queues = cluster.get_list(
         f"{admin}/api/v1/queues", "the broker", "queues", "the broker answered no queue list"
     )
