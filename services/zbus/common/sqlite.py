@@ -94,20 +94,14 @@ def open_writer(
     fsync: bool,
     checkpoint_pages: int,
 ) -> sqlite3.Connection:
-    """A store's writer connection: the file created or checked (:func:`open_schema`) and
-    configured (:func:`configure_writer`); closed again when either fails.
+    """A store's writer connection: :meth:`StoreFormat.open_writer` of the format these
+    arguments describe.
 
     Raises:
         StoreError: the file cannot be opened, or it is not this store's.
     """
-    conn = connect(path, cache_kib, create=True, what=what)
-    try:
-        open_schema(conn, path, app_id=app_id, version=version, schema=schema, what=what)
-        configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    fmt = StoreFormat(what, app_id, version, schema, cache_kib)
+    return fmt.open_writer(path, fsync=fsync, checkpoint_pages=checkpoint_pages)
 
 
 def checkpoint(path: Path) -> tuple[int, int]:
@@ -164,6 +158,36 @@ class StoreFormat:
     writer_cache_kib: int
     reader_cache_kib: int = 1024
 
+    def open_writer(self, path: Path, *, fsync: bool, checkpoint_pages: int) -> sqlite3.Connection:
+        """The writer connection of the store at ``path``: the file created or checked
+        (:func:`open_schema`) and configured (:func:`configure_writer`); closed again when
+        either fails.
+
+        Raises:
+            StoreError: the file cannot be opened, or it is not a store of this format.
+        """
+        what = self.what
+        conn = connect(path, self.writer_cache_kib, create=True, what=what)
+        try:
+            open_schema(
+                conn, path, app_id=self.app_id, version=self.version, schema=self.schema, what=what
+            )
+            configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def open_reader(self, path: Path) -> sqlite3.Connection:
+        """A read-only connection of its own to the store at ``path``.
+
+        Raises:
+            StoreError: the file cannot be opened.
+        """
+        conn = connect(path, self.reader_cache_kib, create=False, what=self.what)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
 
 class Store:
     """A store's writer: the file, created or checked, and its one writer connection.
@@ -180,17 +204,9 @@ class Store:
         Raises:
             StoreError: the file cannot be opened, or it is not this kind of store.
         """
-        fmt = self.FORMAT
         self.path = Path(path)
-        self._conn = open_writer(
-            self.path,
-            fmt.writer_cache_kib,
-            app_id=fmt.app_id,
-            version=fmt.version,
-            schema=fmt.schema,
-            what=fmt.what,
-            fsync=fsync,
-            checkpoint_pages=checkpoint_pages,
+        self._conn = self.FORMAT.open_writer(
+            self.path, fsync=fsync, checkpoint_pages=checkpoint_pages
         )
 
     def transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
@@ -215,10 +231,8 @@ class StoreReader:
         Raises:
             StoreError: the file cannot be opened.
         """
-        fmt = self.FORMAT
         self.path = Path(path)
-        self._conn = connect(self.path, fmt.reader_cache_kib, create=False, what=fmt.what)
-        self._conn.execute("PRAGMA query_only = ON")
+        self._conn = self.FORMAT.open_reader(self.path)
 
     def close(self) -> None:
         self._conn.close()
