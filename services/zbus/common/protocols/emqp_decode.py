@@ -258,7 +258,11 @@ def _decoder_of_msgid_only(cls: type[Ready | Disconnect | Kbye]) -> _Decoder:
     def decode_msgid_only(frames: Sequence[bytes], dialect: Dialect, version: str) -> EmqpCommand:
         if len(frames) != 4:
             expect_count(PROTOCOL, command, frames, 4)
-        return cls(_msgid(frames, command), version=version)
+        # _msgid's two lines inlined: READY comes once per job a worker takes.
+        msgid = text(PROTOCOL, command, frames, 3, "message id")
+        if not msgid:
+            raise _empty_id(frames, command, 3, "message id")
+        return cls(msgid, version=version)
 
     return decode_msgid_only
 

@@ -39,7 +39,6 @@ __all__ = ["encode"]
 
 _VERSION_TEXT_RE: Final = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9}){0,3}")
 _VERSION_FRAMES: dict[str, bytes] = {VERSION: _V10}
-_EVENTMQ_ONLY: Final = frozenset({Ack.COMMAND, Kbye.COMMAND, Schedule.COMMAND, Unschedule.COMMAND})
 
 
 # --------------------------------------------------------------------------- frame helpers
@@ -149,13 +148,17 @@ def _encode_reply(cmd: Reply, dialect: Dialect) -> list[bytes]:
 
 
 def _encode_envelope(cmd: EmqpCommand, dialect: Dialect) -> list[bytes]:
-    """The frames up to the msgid: all of READY, DISCONNECT and KBYE, the start of others."""
+    """The frames up to the msgid: all of READY and DISCONNECT, the start of the others."""
     command = cmd.COMMAND
-    if command in _EVENTMQ_ONLY:
-        _only_eventmq(command, dialect)
     _check_id(cmd.msgid, command, "message id")
     version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, command)
     return [b"", version, command.encode(), cmd.msgid.encode()]
+
+
+def _encode_eventmq_envelope(cmd: EmqpCommand, dialect: Dialect) -> list[bytes]:
+    """The envelope of a command only eventmq speaks: all of KBYE, the start of the others."""
+    _only_eventmq(cmd.COMMAND, dialect)
+    return _encode_envelope(cmd, dialect)
 
 
 def _encode_heartbeat(cmd: Heartbeat, dialect: Dialect) -> list[bytes]:
@@ -166,7 +169,7 @@ def _encode_heartbeat(cmd: Heartbeat, dialect: Dialect) -> list[bytes]:
 
 
 def _encode_ack(cmd: Ack, dialect: Dialect) -> list[bytes]:
-    frames = _encode_envelope(cmd, dialect)
+    frames = _encode_eventmq_envelope(cmd, dialect)
     _check_id(cmd.ref_id, "ACK", "acknowledged message id")
     frames.append(cmd.ref_id.encode())
     return frames
@@ -174,7 +177,7 @@ def _encode_ack(cmd: Ack, dialect: Dialect) -> list[bytes]:
 
 def _encode_schedule(cmd: Schedule | Unschedule, dialect: Dialect) -> list[bytes]:
     command = cmd.COMMAND
-    frames = _encode_envelope(cmd, dialect)
+    frames = _encode_eventmq_envelope(cmd, dialect)
     if type(cmd.interval) is not int or not -1 <= cmd.interval < 1 << 64:
         raise FrameValueError(
             PROTOCOL, "an interval in seconds, or -1", command=command, got=cmd.interval
@@ -206,7 +209,7 @@ _ENCODERS: Final[dict[type, Callable[[Any, Dialect], list[bytes]]]] = {
     Heartbeat: _encode_heartbeat,
     Disconnect: _encode_envelope,
     Ack: _encode_ack,
-    Kbye: _encode_envelope,
+    Kbye: _encode_eventmq_envelope,
     Schedule: _encode_schedule,
     Unschedule: _encode_schedule,
 }
