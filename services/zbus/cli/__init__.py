@@ -23,7 +23,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -171,25 +171,20 @@ def _run(args: argparse.Namespace, cluster: Cluster) -> int:
     from zbus.cli import bus, jobs, logs, queues
     from zbus.cli import cluster as views
 
-    if args.command == "status":
-        return views.run_status(args, cluster)
-    if args.command == "services":
-        return views.run_services(args, cluster)
-    if args.command == "bus":
-        return bus.run(args, cluster)
-    if args.command == "jobs":
-        if args.jobs_command == "watch":
-            from zbus.cli.watch import watch
+    if args.command == "jobs" and args.jobs_command == "watch":
+        from zbus.cli.watch import watch
 
-            return watch(args, cluster)
-        return jobs.run(args, cluster)
-    if args.command == "queues":
-        return queues.run_queues(args, cluster)
-    if args.command == "workers":
-        return queues.run_workers(args, cluster)
-    if args.command == "logs":
-        return logs.run(args, cluster)
-    raise AssertionError(args.command)
+        return watch(args, cluster)
+    commands: dict[str, Callable[[argparse.Namespace, Cluster], int]] = {
+        "status": views.run_status,
+        "services": views.run_services,
+        "bus": bus.run,
+        "jobs": jobs.run,
+        "queues": queues.run_queues,
+        "workers": queues.run_workers,
+        "logs": logs.run,
+    }
+    return commands[args.command](args, cluster)
 
 
 if __name__ == "__main__":

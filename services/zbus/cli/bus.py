@@ -22,10 +22,19 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zbus.cli.common import CliError, Cluster, add_bus_options, add_catalog_option, add_json_option
+from zbus.cli.common import CliError, Cluster, add_bus_options, add_json_option
 from zbus.cli.output import data_view, print_json, print_line, size, table
 
-__all__ = ["add_parser", "event_json", "follow_log", "print_event", "run", "zmq_call"]
+__all__ = [
+    "add_parser",
+    "event_json",
+    "follow_log",
+    "log_position",
+    "print_event",
+    "print_recent",
+    "run",
+    "zmq_call",
+]
 
 PRODUCER = "zbus-cli"
 MAX_STDIN = 64 * 1024 * 1024  # bytes of DATA read from stdin, at most
@@ -50,7 +59,6 @@ def add_parser(sub: Any) -> None:
     pub.add_argument("--raw", action="store_true", help="send DATA as its bytes, not packed")
     pub.add_argument("--uuid", default=None, help="the event's UUID (publishing is idempotent)")
     add_bus_options(pub, admin=False)
-    add_catalog_option(pub)
     add_json_option(pub)
 
     sub_ = actions.add_parser("sub", help="print live events under a prefix until Ctrl-C")
@@ -64,7 +72,6 @@ def add_parser(sub: Any) -> None:
         "-n", "--count", type=int, default=None, metavar="N", help="stop after N events"
     )
     add_bus_options(sub_, admin=False)
-    add_catalog_option(sub_)
     add_json_option(sub_, streaming=True)
 
     tail = actions.add_parser("tail", help="the last events of the log (-f: and follow it)")
@@ -74,7 +81,6 @@ def add_parser(sub: Any) -> None:
     )
     tail.add_argument("-f", "--follow", action="store_true", help="then print every new event")
     add_bus_options(tail)
-    add_catalog_option(tail)
     add_json_option(tail, streaming=True)
 
     topics = actions.add_parser("topics", help="topics with event counts, bytes, last sequence")
@@ -83,7 +89,6 @@ def add_parser(sub: Any) -> None:
         "--limit", type=int, default=1000, help="topics to list, at most (1-100000; 1000)"
     )
     add_bus_options(topics, zmq=False)
-    add_catalog_option(topics)
     add_json_option(topics)
 
 
@@ -247,32 +252,18 @@ def zmq_call(fn: Callable[[], Any], endpoint: str) -> Any:
 def _tail(args: argparse.Namespace, cluster: Cluster) -> int:
     if not 1 <= args.lines <= MAX_TAIL:
         raise CliError(f"-n must be between 1 and {MAX_TAIL}", 2)
-    start = 0
-    endpoint = ""
-    if args.follow:
-        from zbus.eventbus.client import LogReader
-
-        endpoint = cluster.bus_endpoint()
-        with LogReader(endpoint, timeout=cluster.timeout) as reader:
-            start = zmq_call(reader.last_sequence, endpoint)
-    body = cluster.get(
+    endpoint, start = log_position(cluster) if args.follow else ("", 0)
+    _, events = cluster.get_list(
         f"{cluster.bus_admin()}/api/v1/events",
         "the event bus",
-        params={"prefix": args.prefix, "limit": args.lines},
+        "events",
+        "the event bus answered no event list",
+        {"prefix": args.prefix, "limit": args.lines},
     )
-    events = body.get("events") if isinstance(body, dict) else None
-    if not isinstance(events, list):
-        raise CliError("the event bus answered no event list")
     newest = [_from_api(e) for e in reversed(events) if isinstance(e, dict)]
+    print_recent(newest, "events", print_event, follow=args.follow, as_json=args.json)
     if not args.follow:
-        if args.json:
-            print_json({"events": newest})
-        else:
-            for event in newest:
-                print_event(event, False)
         return 0
-    for event in newest:
-        print_event(event, args.json)
     after = max([start, *(int(e.get("seq", 0)) for e in newest)])
     where = args.prefix or "every topic"
     print(f"following {where} at {endpoint} (Ctrl-C stops)", file=sys.stderr, flush=True)
@@ -282,6 +273,33 @@ def _tail(args: argparse.Namespace, cluster: Cluster) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def log_position(cluster: Cluster) -> tuple[str, int]:
+    """The bus's endpoint and its log's last sequence: read before the recent records are,
+    so that following the log from there misses none of what comes after them."""
+    from zbus.eventbus.client import LogReader
+
+    endpoint = cluster.bus_endpoint()
+    with LogReader(endpoint, timeout=cluster.timeout) as reader:
+        return endpoint, zmq_call(reader.last_sequence, endpoint)
+
+
+def print_recent(
+    items: list[dict[str, Any]],
+    key: str,
+    show: Callable[[dict[str, Any], bool], None],
+    *,
+    follow: bool,
+    as_json: bool,
+) -> None:
+    """The recent records a command starts with: with ``--json`` and no ``--follow`` one
+    JSON document ``{key: items}``, else one line each (JSON lines with ``--json``)."""
+    if as_json and not follow:
+        print_json({key: items})
+        return
+    for item in items:
+        show(item, as_json)
 
 
 def follow_log(endpoint: str, prefix: str, after: int, timeout: float) -> Iterator[dict[str, Any]]:
@@ -311,12 +329,13 @@ def _topics(args: argparse.Namespace, cluster: Cluster) -> int:
     after: str | None = None
     while len(found) < args.limit:
         page = min(10_000, args.limit - len(found))
-        body = cluster.get(
-            url, "the event bus", params={"prefix": args.prefix, "limit": page, "after": after}
+        _, topics = cluster.get_list(
+            url,
+            "the event bus",
+            "topics",
+            "the event bus answered no topic list",
+            {"prefix": args.prefix, "limit": page, "after": after},
         )
-        topics = body.get("topics") if isinstance(body, dict) else None
-        if not isinstance(topics, list):
-            raise CliError("the event bus answered no topic list")
         found += [t for t in topics if isinstance(t, dict)]
         if len(topics) < page or not topics:
             break

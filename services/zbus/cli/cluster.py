@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from zbus.cli.common import CliError, Cluster, add_catalog_option, add_json_option, located
 from zbus.cli.output import ago, duration, print_json, table
+from zbus.common.urls import split_url
 
 __all__ = ["add_parsers", "run_services", "run_status"]
 
@@ -95,10 +96,12 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
 
 
 def run_services(args: argparse.Namespace, cluster: Cluster) -> int:
-    body = cluster.get(f"{cluster.catalog}/api/v1/services", "the catalog")
-    entries = body.get("services") if isinstance(body, dict) else None
-    if not isinstance(entries, list):
-        raise CliError(f"the catalog at {cluster.catalog} answered no service list")
+    _, entries = cluster.get_list(
+        f"{cluster.catalog}/api/v1/services",
+        "the catalog",
+        "services",
+        f"the catalog at {cluster.catalog} answered no service list",
+    )
     if args.json:
         print_json({"services": entries})
         return 0
@@ -131,11 +134,9 @@ def run_services(args: argparse.Namespace, cluster: Cluster) -> int:
 
 def _short_endpoint(endpoint: str, host: str | None) -> str:
     """``tcp://HOST:5556`` as ``:5556`` when HOST is the admin URL's host."""
-    try:
-        parts = urlsplit(endpoint)
-        port = parts.port
-    except ValueError:
+    parts = split_url(endpoint)
+    if parts is None:
         return endpoint
-    if host is not None and parts.hostname == host and port is not None:
-        return f"{parts.scheme}:{port}"
+    if host is not None and parts.hostname == host and parts.port is not None:
+        return f"{parts.scheme}:{parts.port}"
     return endpoint

@@ -10,14 +10,14 @@ several, an active one first, then by name.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
+from zbus.common.urls import UNSPECIFIED_HOSTS, host_of, split_url, with_host
 
 __all__ = [
     "DEFAULT_CATALOG",
@@ -33,8 +33,6 @@ __all__ = [
 DEFAULT_CATALOG = "http://127.0.0.1:8701"
 DEFAULT_TIMEOUT = 5.0  # seconds an admin API has to answer
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # an admin API's answer the command reads, at most
-
-_UNSPECIFIED = frozenset({"0.0.0.0", "::", ""})
 
 
 class CliError(Exception):
@@ -86,40 +84,37 @@ def add_token_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The options that say where a service is, by flag: metavar, what it names, its variable.
+_LOCATED_OPTIONS = {
+    "--bus": ("ENDPOINT", "the event bus's base endpoint", "ZBUS_EVENTBUS_ENDPOINT"),
+    "--bus-admin": ("URL", "the event bus's admin URL", "ZBUS_EVENTBUS_ADMIN_URL"),
+    "--broker": ("ENDPOINT", "the broker's client port", "ZBUS_BROKER_CLIENT_ENDPOINT"),
+    "--broker-admin": ("URL", "the broker's admin URL", "ZBUS_BROKER_ADMIN_URL"),
+}
+
+
+def _add_located_options(parser: argparse.ArgumentParser, *flags: str | None) -> None:
+    """The ``flags`` (None: left out), then the catalog options that find the service when
+    neither a flag nor its variable is given."""
+    for flag in flags:
+        if flag is not None:
+            metavar, what, env = _LOCATED_OPTIONS[flag]
+            parser.add_argument(flag, metavar=metavar, default=None, help=_env_help(what, env))
+    add_catalog_option(parser)
+
+
 def add_bus_options(parser: argparse.ArgumentParser, zmq: bool = True, admin: bool = True) -> None:
-    if zmq:
-        parser.add_argument(
-            "--bus",
-            metavar="ENDPOINT",
-            default=None,
-            help=_env_help("the event bus's base endpoint", "ZBUS_EVENTBUS_ENDPOINT"),
-        )
-    if admin:
-        parser.add_argument(
-            "--bus-admin",
-            metavar="URL",
-            default=None,
-            help=_env_help("the event bus's admin URL", "ZBUS_EVENTBUS_ADMIN_URL"),
-        )
+    """Where the event bus is: ``--bus`` (``zmq``), ``--bus-admin`` (``admin``), and the
+    catalog options (:func:`add_catalog_option`)."""
+    _add_located_options(parser, "--bus" if zmq else None, "--bus-admin" if admin else None)
 
 
 def add_broker_options(
     parser: argparse.ArgumentParser, zmq: bool = False, admin: bool = True
 ) -> None:
-    if zmq:
-        parser.add_argument(
-            "--broker",
-            metavar="ENDPOINT",
-            default=None,
-            help=_env_help("the broker's client port", "ZBUS_BROKER_CLIENT_ENDPOINT"),
-        )
-    if admin:
-        parser.add_argument(
-            "--broker-admin",
-            metavar="URL",
-            default=None,
-            help=_env_help("the broker's admin URL", "ZBUS_BROKER_ADMIN_URL"),
-        )
+    """Where the broker is: ``--broker`` (``zmq``), ``--broker-admin`` (``admin``), and the
+    catalog options (:func:`add_catalog_option`)."""
+    _add_located_options(parser, "--broker" if zmq else None, "--broker-admin" if admin else None)
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -136,25 +131,14 @@ class Located:
     endpoints: Mapping[str, str]
 
 
-def _host(value: str) -> str:
-    try:
-        v6 = ipaddress.ip_address(value).version == 6
-    except ValueError:
-        v6 = False
-    return f"[{value}]" if v6 else value
-
-
 def reachable(url: str, host: str | None) -> str:
     """``url`` with an unspecified host (``0.0.0.0`` in containers) replaced by ``host``."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
+    parts = split_url(url)
+    if parts is None:
         return url
-    if parts.hostname not in _UNSPECIFIED or not host:
+    if parts.hostname not in UNSPECIFIED_HOSTS or not host:
         return url.rstrip("/")
-    netloc = _host(host) + (f":{port}" if port is not None else "")
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    return with_host(parts, host)
 
 
 def located(record: Mapping[str, Any]) -> Located:
@@ -162,10 +146,10 @@ def located(record: Mapping[str, Any]) -> Located:
     info = record.get("info")
     info = info if isinstance(info, dict) else {}
     heard = record.get("udp_address")
-    host = heard.rsplit(":", 1)[0].strip("[]") if isinstance(heard, str) and ":" in heard else None
+    host = host_of(heard) if isinstance(heard, str) else None
     ip = info.get("ip")
     host = host or (ip if isinstance(ip, str) else None)
-    if host in _UNSPECIFIED:
+    if host in UNSPECIFIED_HOSTS:
         host = None
     raw = info.get("endpoints")
     endpoints = {
@@ -219,10 +203,12 @@ class Cluster:
     def services(self) -> list[Located]:
         """Every service the catalog lists (asked once per command)."""
         if self._services is None:
-            body = self.get(f"{self.catalog}/api/v1/services", "the catalog")
-            entries = body.get("services") if isinstance(body, dict) else None
-            if not isinstance(entries, list):
-                raise CliError(f"the catalog at {self.catalog} answered no service list")
+            _, entries = self.get_list(
+                f"{self.catalog}/api/v1/services",
+                "the catalog",
+                "services",
+                f"the catalog at {self.catalog} answered no service list",
+            )
             self._services = [located(e) for e in entries if isinstance(e, dict)]
         return self._services
 
@@ -294,6 +280,20 @@ class Cluster:
     ) -> Any:
         """GET ``url`` and its JSON body; ``ok`` lists the statuses that are not errors."""
         return self.request("GET", url, what, params=params, ok=ok)[1]
+
+    def get_list(
+        self, url: str, what: str, key: str, missing: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """GET ``url``: its JSON object and the list that object holds under ``key``.
+
+        Raises:
+            CliError: as :meth:`get`; ``missing`` when the answer holds no such list.
+        """
+        body = self.get(url, what, params)
+        items = body.get(key) if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise CliError(missing)
+        return body, items
 
     def post(self, url: str, what: str, body: Any = None) -> Any:
         """POST ``url`` (with the admin token when there is one) and its JSON body."""

@@ -30,11 +30,10 @@ from zbus.cli.common import (
     CliError,
     Cluster,
     add_broker_options,
-    add_catalog_option,
     add_json_option,
     add_token_option,
 )
-from zbus.cli.output import ago, console, identity, print_json, stamp, table
+from zbus.cli.output import ago, console, identity, print_answer, print_json, stamp, table
 
 if TYPE_CHECKING:
     from zbus.common.security import KeyPair
@@ -83,7 +82,6 @@ def add_parser(sub: Any) -> None:
         help="the broker's CURVE public key file (with --curve-secret-key)",
     )
     add_broker_options(submit, zmq=True, admin=False)
-    add_catalog_option(submit)
 
     ls = actions.add_parser("ls", help="list stored jobs, newest first")
     ls.add_argument("--queue", default=None, help="only this queue's jobs")
@@ -108,7 +106,6 @@ def add_parser(sub: Any) -> None:
     )
     for parser in (ls, show, cancel, retry, watch):
         add_broker_options(parser)
-        add_catalog_option(parser)
         add_json_option(parser, streaming=parser is watch)
     for parser in (cancel, retry):
         add_token_option(parser)
@@ -250,19 +247,14 @@ def _short(text: Any, width: int = 60) -> str:
 def _ls(args: argparse.Namespace, cluster: Cluster) -> int:
     if not 1 <= args.limit <= 1000:
         raise CliError("--limit must be between 1 and 1000", 2)
-    body = cluster.get(
+    query = {"queue": args.queue, "state": args.state, "limit": args.limit, "before": args.before}
+    body, jobs = cluster.get_list(
         f"{cluster.broker_admin()}/api/v1/jobs",
         "the broker",
-        params={
-            "queue": args.queue,
-            "state": args.state,
-            "limit": args.limit,
-            "before": args.before,
-        },
+        "jobs",
+        "the broker answered no job list",
+        query,
     )
-    jobs = body.get("jobs") if isinstance(body, dict) else None
-    if not isinstance(jobs, list):
-        raise CliError("the broker answered no job list")
     if args.json:
         print_json(body)
         return 0
@@ -335,24 +327,20 @@ def show_job(job: dict[str, Any]) -> None:
 
 def _act(args: argparse.Namespace, cluster: Cluster, action: str, done: str) -> int:
     url = f"{cluster.broker_admin()}/api/v1/jobs/{_quoted(args.job_id)}/{action}"
-    job = cluster.post(url, "the broker")
-    if args.json:
-        print_json(job)
-    else:
-        state = job.get("state") if isinstance(job, dict) else "?"
-        print(f"job {args.job_id} {done} (state {state})")
-    return 0
+    return _acted(args, cluster.post(url, "the broker"), done)
+
+
+def _acted(args: argparse.Namespace, job: Any, done: str) -> int:
+    """What ``cancel`` and ``retry`` print once the broker has ``done`` it: the job."""
+    state = job.get("state") if isinstance(job, dict) else "?"
+    return print_answer(job, args.json, f"job {args.job_id} {done} (state {state})")
 
 
 def _cancel(args: argparse.Namespace, cluster: Cluster) -> int:
     url = f"{cluster.broker_admin()}/api/v1/jobs/{_quoted(args.job_id)}/cancel"
     status, body = cluster.request("POST", url, "the broker", ok=(200, 409))
     if status == 200:
-        if args.json:
-            print_json(body)
-        else:
-            print(f"job {args.job_id} cancelled (state {body.get('state')})")
-        return 0
+        return _acted(args, body, "cancelled")
     # 409: running or finished. A running Spark job's Spark work can be cancelled
     # where it runs; the job then fails with JobCancelled.
     job = get_job(cluster, args.job_id)
@@ -361,10 +349,11 @@ def _cancel(args: argparse.Namespace, cluster: Cluster) -> int:
             url = f"{admin}/api/v1/spark/jobs/{_quoted(args.job_id)}/cancel"
             status, answer = cluster.request("POST", url, "the sparkworker", ok=(200, 404))
             if status == 200:
-                if args.json:
-                    print_json({**answer, "sparkworker": admin})
-                else:
-                    print(f"job {args.job_id} is running on {admin}: its Spark work is cancelling")
-                return 0
+                where = {**answer, "sparkworker": admin} if isinstance(answer, dict) else answer
+                return print_answer(
+                    where,
+                    args.json,
+                    f"job {args.job_id} is running on {admin}: its Spark work is cancelling",
+                )
     detail = body.get("detail") if isinstance(body, dict) else None
     raise CliError(f"the broker answered HTTP 409: {detail or 'not cancelled'}")

@@ -14,9 +14,9 @@ import argparse
 import sys
 from typing import Any
 
-from zbus.cli.bus import follow_log
-from zbus.cli.common import CliError, Cluster, add_bus_options, add_catalog_option, add_json_option
-from zbus.cli.output import print_json, print_line
+from zbus.cli.bus import follow_log, log_position, print_recent
+from zbus.cli.common import CliError, Cluster, add_bus_options, add_json_option
+from zbus.cli.output import print_line
 
 __all__ = ["LEVELS", "add_parser", "run"]
 
@@ -46,7 +46,6 @@ def add_parser(sub: Any) -> None:
         "-n", "--lines", type=int, default=50, metavar="N", help="records to show (0-10000; 50)"
     )
     add_bus_options(logs, admin=False)
-    add_catalog_option(logs)
     add_json_option(logs, streaming=True)
 
 
@@ -82,40 +81,26 @@ def _show(record: dict[str, Any], as_json: bool) -> None:
 def run(args: argparse.Namespace, cluster: Cluster) -> int:
     if not 0 <= args.lines <= 10_000:
         raise CliError("-n must be between 0 and 10000", 2)
-    start = 0
-    endpoint = ""
-    if args.follow:
-        from zbus.cli.bus import zmq_call
-        from zbus.eventbus.client import LogReader
-
-        endpoint = cluster.bus_endpoint()
-        with LogReader(endpoint, timeout=cluster.timeout) as reader:
-            start = zmq_call(reader.last_sequence, endpoint)
+    endpoint, start = log_position(cluster) if args.follow else ("", 0)
     records: list[dict[str, Any]] = []
     if args.lines:
-        body = cluster.get(
+        query = {
+            "service": args.service,
+            "level": args.level,
+            "text": args.grep,
+            "limit": args.lines,
+        }
+        _, found = cluster.get_list(
             f"{cluster.catalog}/api/v1/logs",
             "the catalog",
-            params={
-                "service": args.service,
-                "level": args.level,
-                "text": args.grep,
-                "limit": args.lines,
-            },
+            "logs",
+            "the catalog answered no log records",
+            query,
         )
-        found = body.get("logs") if isinstance(body, dict) else None
-        if not isinstance(found, list):
-            raise CliError("the catalog answered no log records")
         records = [r for r in reversed(found) if isinstance(r, dict)]
+    print_recent(records, "logs", _show, follow=args.follow, as_json=args.json)
     if not args.follow:
-        if args.json:
-            print_json({"logs": records})
-        else:
-            for record in records:
-                _show(record, False)
         return 0
-    for record in records:
-        _show(record, args.json)
     # The catalog's window and the bus's log overlap: records from before ``start``
     # (the bus's sequence when the command began) were in the window already.
     prefix = LOG_TOPIC_PREFIX + (args.service or "")

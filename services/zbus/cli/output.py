@@ -26,6 +26,7 @@ __all__ = [
     "data_view",
     "duration",
     "identity",
+    "print_answer",
     "print_json",
     "print_line",
     "size",
@@ -53,6 +54,16 @@ def console(stderr: bool = False) -> Console:
 def print_json(data: Any) -> None:
     """One JSON document on stdout."""
     print(json.dumps(data, indent=2, default=str, ensure_ascii=False), flush=True)
+
+
+def print_answer(answer: Any, as_json: bool, summary: str) -> int:
+    """What an action prints once done: the service's answer as one JSON document with
+    ``--json``, else the one line ``summary``. Returns the exit status, 0."""
+    if as_json:
+        print_json(answer)
+    else:
+        print(summary)
+    return 0
 
 
 def print_line(data: Any) -> None:

@@ -15,11 +15,10 @@ from zbus.cli.common import (
     CliError,
     Cluster,
     add_broker_options,
-    add_catalog_option,
     add_json_option,
     add_token_option,
 )
-from zbus.cli.output import ago, identity, print_json, table
+from zbus.cli.output import ago, identity, print_answer, print_json, table
 
 __all__ = ["add_parsers", "run_queues", "run_workers"]
 
@@ -50,7 +49,6 @@ def add_parsers(sub: Any) -> None:
     wls = wactions.add_parser("ls", help="every worker: queues, free slots, running jobs")
     for parser in (ls, purge, wls):
         add_broker_options(parser)
-        add_catalog_option(parser)
         add_json_option(parser)
 
 
@@ -60,16 +58,11 @@ def run_queues(args: argparse.Namespace, cluster: Cluster) -> int:
         body = cluster.post(
             f"{admin}/api/v1/queues/{quote(args.queue, safe='')}/purge", "the broker"
         )
-        if args.json:
-            print_json(body)
-        else:
-            count = body.get("cancelled") if isinstance(body, dict) else "?"
-            print(f"queue {args.queue}: {count} queued jobs cancelled")
-        return 0
-    body = cluster.get(f"{admin}/api/v1/queues", "the broker")
-    queues = body.get("queues") if isinstance(body, dict) else None
-    if not isinstance(queues, list):
-        raise CliError("the broker answered no queue list")
+        count = body.get("cancelled") if isinstance(body, dict) else "?"
+        return print_answer(body, args.json, f"queue {args.queue}: {count} queued jobs cancelled")
+    body, queues = cluster.get_list(
+        f"{admin}/api/v1/queues", "the broker", "queues", "the broker answered no queue list"
+    )
     if args.json:
         print_json(body)
         return 0
@@ -114,10 +107,12 @@ def _worker_figures(cluster: Cluster) -> dict[str, dict[str, Any]]:
 
 
 def run_workers(args: argparse.Namespace, cluster: Cluster) -> int:
-    body = cluster.get(f"{cluster.broker_admin()}/api/v1/workers", "the broker")
-    workers = body.get("workers") if isinstance(body, dict) else None
-    if not isinstance(workers, list):
-        raise CliError("the broker answered no worker list")
+    body, workers = cluster.get_list(
+        f"{cluster.broker_admin()}/api/v1/workers",
+        "the broker",
+        "workers",
+        "the broker answered no worker list",
+    )
     try:
         figures = _worker_figures(cluster)
     except CliError:  # no catalog to ask (endpoints given by flags): the broker's view only

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import quote
 
 
@@ -92,20 +94,14 @@ def open_writer(
     fsync: bool,
     checkpoint_pages: int,
 ) -> sqlite3.Connection:
-    """A store's writer connection: the file created or checked (:func:`open_schema`) and
-    configured (:func:`configure_writer`); closed again when either fails.
+    """A store's writer connection: :meth:`StoreFormat.open_writer` of the format these
+    arguments describe.
 
     Raises:
         StoreError: the file cannot be opened, or it is not this store's.
     """
-    conn = connect(path, cache_kib, create=True, what=what)
-    try:
-        open_schema(conn, path, app_id=app_id, version=version, schema=schema, what=what)
-        configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    fmt = StoreFormat(what, app_id, version, schema, cache_kib)
+    return fmt.open_writer(path, fsync=fsync, checkpoint_pages=checkpoint_pages)
 
 
 def checkpoint(path: Path) -> tuple[int, int]:
@@ -140,3 +136,103 @@ def transaction(conn: sqlite3.Connection, path: Path, what: str) -> Iterator[sql
         if isinstance(exc, sqlite3.Error):
             raise StoreError(f"{path}: {what} failed: {exc}") from exc
         raise
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFormat:
+    """One kind of store file: how it is marked, its schema, its connections' page caches.
+
+    Attributes:
+        what: the kind of store in error messages (``"job store"``).
+        app_id: the file's ``PRAGMA application_id``.
+        version: the schema version (``PRAGMA user_version``) this build reads and writes.
+        schema: the SQL that creates the schema in an empty file.
+        writer_cache_kib: the writer connection's page cache.
+        reader_cache_kib: each read-only connection's page cache.
+    """
+
+    what: str
+    app_id: int
+    version: int
+    schema: str
+    writer_cache_kib: int
+    reader_cache_kib: int = 1024
+
+    def open_writer(self, path: Path, *, fsync: bool, checkpoint_pages: int) -> sqlite3.Connection:
+        """The writer connection of the store at ``path``: the file created or checked
+        (:func:`open_schema`) and configured (:func:`configure_writer`); closed again when
+        either fails.
+
+        Raises:
+            StoreError: the file cannot be opened, or it is not a store of this format.
+        """
+        what = self.what
+        conn = connect(path, self.writer_cache_kib, create=True, what=what)
+        try:
+            open_schema(
+                conn, path, app_id=self.app_id, version=self.version, schema=self.schema, what=what
+            )
+            configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def open_reader(self, path: Path) -> sqlite3.Connection:
+        """A read-only connection of its own to the store at ``path``.
+
+        Raises:
+            StoreError: the file cannot be opened.
+        """
+        conn = connect(path, self.reader_cache_kib, create=False, what=self.what)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+
+class Store:
+    """A store's writer: the file, created or checked, and its one writer connection.
+
+    Subclasses name their :class:`StoreFormat` in ``FORMAT`` and add their operations,
+    writing through :meth:`transaction`. For one thread at a time.
+    """
+
+    FORMAT: ClassVar[StoreFormat]
+
+    def __init__(self, path: Path, *, fsync: bool = False, checkpoint_pages: int = 1000) -> None:
+        """Open (or create) the store file at ``path``.
+
+        Raises:
+            StoreError: the file cannot be opened, or it is not this kind of store.
+        """
+        self.path = Path(path)
+        self._conn = self.FORMAT.open_writer(
+            self.path, fsync=fsync, checkpoint_pages=checkpoint_pages
+        )
+
+    def transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction on the writer connection (see :func:`transaction`)."""
+        return transaction(self._conn, self.path, what)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class StoreReader:
+    """A read-only connection of its own to a store file, for one thread at a time.
+
+    WAL readers never block each other or the writer.
+    """
+
+    FORMAT: ClassVar[StoreFormat]
+
+    def __init__(self, path: Path) -> None:
+        """Open the existing store file at ``path`` for reading.
+
+        Raises:
+            StoreError: the file cannot be opened.
+        """
+        self.path = Path(path)
+        self._conn = self.FORMAT.open_reader(self.path)
+
+    def close(self) -> None:
+        self._conn.close()

@@ -14,14 +14,14 @@ and an answer larger than :data:`MAX_ANSWER_BYTES` is refused.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
+from zbus.common.urls import UNSPECIFIED_HOSTS, host_of, split_url, with_host
 
 __all__ = [
     "ADMIN_TIMEOUT",
@@ -37,7 +37,6 @@ VIEW_DEADLINE = 2.5  # seconds the whole view may take; later answers count as m
 CONCURRENCY = 32  # services asked at once (two requests each)
 MAX_ANSWER_BYTES = 256 * 1024
 
-_UNSPECIFIED = frozenset({"0.0.0.0", "::", ""})
 
 _Answer = tuple[int, Any] | BaseException  # (HTTP status, JSON body), or what went wrong
 
@@ -55,22 +54,6 @@ class _BadAnswer(Exception):
     """An admin API answered, but not with what was asked for."""
 
 
-def _host_of(address: str | None) -> str | None:
-    """The host of a ``host:port`` address (IPv6 hosts too), or None."""
-    if not address or ":" not in address:
-        return None
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host or None
-
-
-def _url_host(host: str) -> str:
-    try:
-        is_v6 = ipaddress.ip_address(host).version == 6
-    except ValueError:
-        is_v6 = False
-    return f"[{host}]" if is_v6 else host
-
-
 def admin_url(info: Mapping[str, Any], heard_from: str | None = None) -> str | None:
     """The admin URL a node registered with, made reachable from the catalog.
 
@@ -85,21 +68,16 @@ def admin_url(info: Mapping[str, Any], heard_from: str | None = None) -> str | N
     value = info.get("admin")
     if not isinstance(value, str):
         return None
-    try:
-        parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or parts.hostname is None:
+    parts = split_url(value.strip())
+    if parts is None or parts.scheme not in ("http", "https") or parts.hostname is None:
         return None
     host = parts.hostname
-    if host in _UNSPECIFIED:
+    if host in UNSPECIFIED_HOSTS:
         ip = info.get("ip")
-        better = _host_of(heard_from) or (ip if isinstance(ip, str) else None)
-        if better and better not in _UNSPECIFIED:
+        better = host_of(heard_from) or (ip if isinstance(ip, str) else None)
+        if better and better not in UNSPECIFIED_HOSTS:
             host = better
-    netloc = _url_host(host) + (f":{port}" if port is not None else "")
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    return with_host(parts, host)
 
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> tuple[int, Any]:

@@ -21,6 +21,7 @@ __all__ = [
     "parse_text",
     "parse_time",
     "parse_whole",
+    "since_until",
 ]
 
 T = TypeVar("T")
@@ -84,6 +85,18 @@ def parse_time(name: str, value: Any) -> datetime:
     raise ParamError(
         name, f"expected ISO-8601 text or epoch seconds, got {type(value).__name__} {value!r}"
     )
+
+
+def since_until(params: Mapping[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """The ``since`` and ``until`` parameters of a window ``since <= ts < until`` (either
+    may be absent), refusing an empty one."""
+    since = optional(params, "since", parse_time)
+    until = optional(params, "until", parse_time)
+    if since is not None and until is not None and until <= since:
+        # As the results write times: ISO-8601 UTC with a "Z".
+        shown = since.isoformat().replace("+00:00", "Z")
+        raise ParamError("until", f"must be after since ({shown})")
+    return since, until
 
 
 def parse_date(name: str, value: Any) -> date:

@@ -17,6 +17,7 @@ from zbus.sparkworker.params import (
     parse_text,
     parse_time,
     parse_whole,
+    since_until,
 )
 
 
@@ -119,3 +120,14 @@ def test_other_parsers() -> None:
     assert optional({"a": None}, "a", parse_text) is None
     assert optional({}, "a", parse_text) is None
     assert optional({"a": "x"}, "a", parse_text) == "x"
+
+
+def test_since_until_is_a_window_that_is_not_empty() -> None:
+    assert since_until({}) == (None, None)
+    assert since_until({"since": 0}) == (datetime(1970, 1, 1, tzinfo=UTC), None)
+    assert since_until({"since": 0, "until": "1970-01-01T00:00:01"}) == (
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
+    )
+    with pytest.raises(ParamError, match=r"^until: must be after since \(1970-01-01T00:00:00Z\)"):
+        since_until({"since": 0, "until": 0})

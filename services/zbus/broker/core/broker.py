@@ -48,6 +48,7 @@ from zbus.broker.core.lifecycle import (
     give_up_body,
     job_options,
     next_state,
+    queued_anew,
     run_count,
     schedule_id,
 )
@@ -543,17 +544,8 @@ class BrokerCore:
         if len(table.jobs) >= self.config.max_queued:
             raise QueueFullError(self.config.max_queued)
         table.finished.pop(job.id, None)
-        again = replace(
-            repair_job(known, now)[0],  # a row from before the range checks
-            state=JobState.QUEUED,
-            attempts=0,
-            not_before=now,
-            updated=now,
-            worker=None,
-            started=None,
-            result=None,
-            error=None,
-        )
+        # Repaired first: the stored row may be from before the range checks.
+        again = queued_anew(repair_job(known, now)[0], now)
         table.store(again)
         self.counters["requests"] += 1
         table.enqueue(again, now)

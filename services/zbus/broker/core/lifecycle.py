@@ -87,26 +87,44 @@ def backoff(attempts: int, base: float, cap: float) -> float:
 # dataclasses.replace does, and the broker makes two or three values per job.
 
 
-def dispatched(job: Job, worker: bytes, now: float) -> Job:
-    """``job`` handed to ``worker``: RUNNING, one more attempt."""
+def _moved(
+    job: Job,
+    state: JobState,
+    attempts: int,
+    not_before: float,
+    now: float,
+    worker: bytes | None,
+    started: float | None,
+    result: bytes | None,
+    error: str | None,
+) -> Job:
+    """``job`` in ``state``, updated at ``now``, with the fields a transition sets; the
+    job's identity, request and limits kept."""
     return Job(
         id=job.id,
         queue=job.queue,
         headers=job.headers,
         body=job.body,
         client=job.client,
-        state=JobState.RUNNING,
-        attempts=job.attempts + 1,
+        state=state,
+        attempts=attempts,
         max_retries=job.max_retries,
         timeout=job.timeout,
-        not_before=job.not_before,
+        not_before=not_before,
         created=job.created,
         updated=now,
         worker=worker,
-        started=now,
-        result=None,
-        error=job.error,
+        started=started,
+        result=result,
+        error=error,
         schedule_id=job.schedule_id,
+    )
+
+
+def dispatched(job: Job, worker: bytes, now: float) -> Job:
+    """``job`` handed to ``worker``: RUNNING, one more attempt."""
+    return _moved(
+        job, JobState.RUNNING, job.attempts + 1, job.not_before, now, worker, now, None, job.error
     )
 
 
@@ -120,25 +138,14 @@ def settled(
     not_before: float | None = None,
 ) -> Job:
     """``job`` off its worker in ``state``: a final one, or QUEUED for a retry."""
-    return Job(
-        id=job.id,
-        queue=job.queue,
-        headers=job.headers,
-        body=job.body,
-        client=job.client,
-        state=state,
-        attempts=job.attempts,
-        max_retries=job.max_retries,
-        timeout=job.timeout,
-        not_before=job.not_before if not_before is None else not_before,
-        created=job.created,
-        updated=now,
-        worker=None,
-        started=job.started,
-        result=result,
-        error=error,
-        schedule_id=job.schedule_id,
-    )
+    when = job.not_before if not_before is None else not_before
+    return _moved(job, state, job.attempts, when, now, None, job.started, result, error)
+
+
+def queued_anew(job: Job, now: float) -> Job:
+    """``job`` queued again from the start (an admin's retry): no attempt made, no worker,
+    no outcome, due now."""
+    return _moved(job, JobState.QUEUED, 0, now, now, None, None, None, None)
 
 
 # --------------------------------------------------------------------------- headers

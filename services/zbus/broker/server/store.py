@@ -28,7 +28,6 @@ blocking code for threads, never for an asyncio loop.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import heapq
 import sqlite3
 from collections.abc import Sequence
@@ -38,8 +37,8 @@ from typing import Any
 import msgpack
 
 from zbus.broker.core.model import Job, JobState, Schedule
+from zbus.common.sqlite import Store, StoreFormat, StoreReader
 from zbus.common.sqlite import StoreError as StoreError  # re-exported
-from zbus.common.sqlite import connect, open_writer, transaction
 
 SCHEMA_VERSION = 1
 _WHAT = "job store"
@@ -72,6 +71,7 @@ CREATE TABLE schedules(
     id TEXT PRIMARY KEY, queue TEXT NOT NULL, headers BLOB NOT NULL, body BLOB NOT NULL,
     interval REAL, cron TEXT, next_run REAL NOT NULL, created REAL NOT NULL) WITHOUT ROWID;
 """
+_FORMAT = StoreFormat(_WHAT, APPLICATION_ID, SCHEMA_VERSION, _SCHEMA, 65_536, 16_384)
 _JOB_FIELDS = (
     "id, queue, headers, body, client, state, attempts, max_retries, timeout, not_before,"
     " created, updated, worker, started, result, error, schedule_id"
@@ -118,25 +118,14 @@ def _get(conn: sqlite3.Connection, job_id: str) -> Job | None:
     return None if row is None else _job(row)
 
 
-class JobStore:
+class JobStore(Store):
     """Jobs and schedules in one SQLite file. Owned by one writer thread at a time;
     ``reader()`` gives other threads their own read connections."""
 
-    def __init__(self, path: Path, *, fsync: bool = False, checkpoint_pages: int = 4000) -> None:
-        self.path = Path(path)
-        self._conn = open_writer(
-            self.path,
-            65_536,
-            app_id=APPLICATION_ID,
-            version=SCHEMA_VERSION,
-            schema=_SCHEMA,
-            what=_WHAT,
-            fsync=fsync,
-            checkpoint_pages=checkpoint_pages,
-        )
+    FORMAT = _FORMAT
 
-    def _transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return transaction(self._conn, self.path, what)
+    def __init__(self, path: Path, *, fsync: bool = False, checkpoint_pages: int = 4000) -> None:
+        super().__init__(path, fsync=fsync, checkpoint_pages=checkpoint_pages)
 
     def write(
         self,
@@ -153,7 +142,7 @@ class JobStore:
             (s.id, s.queue, _pack(s.headers), s.body, s.interval, s.cron, s.next_run, s.created)
             for s in schedules
         ]
-        with self._transaction("write") as conn:
+        with self.transaction("write") as conn:
             if job_rows:
                 conn.executemany(_UPSERT_JOB, job_rows)
             if schedule_rows:
@@ -190,7 +179,7 @@ class JobStore:
         deleted = 0
         while max_delete is None or deleted < max_delete:
             chunk = _PURGE_CHUNK if max_delete is None else min(_PURGE_CHUNK, max_delete - deleted)
-            with self._transaction("purge") as conn:
+            with self.transaction("purge") as conn:
                 n = conn.execute(
                     "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs"
                     f" WHERE state >= {_LIVE} AND updated < ? ORDER BY updated LIMIT ?)",
@@ -204,18 +193,12 @@ class JobStore:
     def reader(self) -> JobReader:
         return JobReader(self.path)
 
-    def close(self) -> None:
-        self._conn.close()
 
-
-class JobReader:
+class JobReader(StoreReader):
     """A read-only view with its own connection, for one thread at a time (the admin
     API). Readers never block each other or the writer (WAL snapshots)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._conn = connect(path, 16_384, create=False, what=_WHAT)
-        self._conn.execute("PRAGMA query_only = ON")
+    FORMAT = _FORMAT
 
     def get(self, job_id: str) -> Job | None:
         return _get(self._conn, job_id)
@@ -294,6 +277,3 @@ class JobReader:
 
     def schedules(self) -> builtins.list[Schedule]:
         return [_schedule(r) for r in self._conn.execute("SELECT * FROM schedules ORDER BY id")]
-
-    def close(self) -> None:
-        self._conn.close()

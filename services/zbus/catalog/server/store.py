@@ -22,8 +22,8 @@ from typing import Any
 
 from zbus.catalog.core.model import NODE_STATES, NodeRecord
 from zbus.common.protocols.dbp import TimeEncoding
+from zbus.common.sqlite import Store, StoreFormat, StoreReader
 from zbus.common.sqlite import StoreError as StoreError  # re-exported
-from zbus.common.sqlite import connect, open_writer, transaction
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x7A626367  # "zbcg"
@@ -36,6 +36,7 @@ CREATE TABLE nodes(
     heartbeat_interval REAL NOT NULL, address TEXT, time_encoding TEXT NOT NULL
 ) WITHOUT ROWID;
 """
+_FORMAT = StoreFormat(_WHAT, APPLICATION_ID, SCHEMA_VERSION, _SCHEMA, 4096)
 _FIELDS = (
     "name, identity, info, state, registered_at, last_heartbeat, heartbeat_interval,"
     " address, time_encoding"
@@ -66,21 +67,10 @@ def _record(row: tuple[Any, ...], path: Path) -> NodeRecord:
         raise StoreError(f"{path}: bad row for node {row[0]!r}: {exc}") from exc
 
 
-class RegistryStore:
+class RegistryStore(Store):
     """Node records in one SQLite file, written by one thread at a time."""
 
-    def __init__(self, path: Path, *, fsync: bool = False) -> None:
-        self.path = Path(path)
-        self._conn = open_writer(
-            self.path,
-            4096,
-            app_id=APPLICATION_ID,
-            version=SCHEMA_VERSION,
-            schema=_SCHEMA,
-            what=_WHAT,
-            fsync=fsync,
-            checkpoint_pages=1000,
-        )
+    FORMAT = _FORMAT
 
     def write(self, records: Sequence[NodeRecord]) -> None:
         """Upsert the records by name (a later one for the same name wins) in one
@@ -88,7 +78,7 @@ class RegistryStore:
         if not records:
             return
         rows = [_row(r) for r in records]
-        with transaction(self._conn, self.path, "write") as conn:
+        with self.transaction("write") as conn:
             conn.executemany(_UPSERT, rows)
 
     def load(self) -> list[NodeRecord]:
@@ -102,17 +92,11 @@ class RegistryStore:
     def reader(self) -> RegistryReader:
         return RegistryReader(self.path)
 
-    def close(self) -> None:
-        self._conn.close()
 
-
-class RegistryReader:
+class RegistryReader(StoreReader):
     """A read-only view with its own connection, for one thread at a time."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._conn = connect(self.path, 1024, create=False, what=_WHAT)
-        self._conn.execute("PRAGMA query_only = ON")
+    FORMAT = _FORMAT
 
     def get(self, name: str) -> NodeRecord | None:
         row = self._conn.execute(f"{_SELECT} WHERE name = ?", (name,)).fetchone()
@@ -122,6 +106,3 @@ class RegistryReader:
         """Every stored node, gone ones included, by name."""
         rows = self._conn.execute(f"{_SELECT} ORDER BY name").fetchall()
         return [_record(r, self.path) for r in rows]
-
-    def close(self) -> None:
-        self._conn.close()

@@ -317,23 +317,30 @@ def _dec_info_request(frames: Sequence[bytes]) -> InfoRequest:
     return InfoRequest(query, when, encoding)
 
 
-def _dec_info_reply(frames: Sequence[bytes]) -> InfoReply:
-    expect_count(PROTOCOL, "REPLY", frames, 4)
-    when, encoding = decode_time("REPLY", frames[2])
-    return InfoReply(decode_json("REPLY", frames, 3, "information"), when, encoding)
+def _json_body_decoder(
+    cls: type[InfoReply | Registration | Update], command: str, what: str
+) -> Callable[[Sequence[bytes]], DBPCommand]:
+    """The decoder of a command whose body is one JSON object (frame 3)."""
+
+    def decode_json_body(frames: Sequence[bytes]) -> DBPCommand:
+        expect_count(PROTOCOL, command, frames, 4)
+        when, encoding = decode_time(command, frames[2])
+        return cls(decode_json(command, frames, 3, what), when, encoding)
+
+    return decode_json_body
 
 
-def _dec_registration(frames: Sequence[bytes]) -> Registration:
-    expect_count(PROTOCOL, "REGISTRATION", frames, 4)
-    when, encoding = decode_time("REGISTRATION", frames[2])
-    info = decode_json("REGISTRATION", frames, 3, "service information")
-    return Registration(info, when, encoding)
+def _no_body_decoder(
+    cls: type[Disconnect | Awk], command: str
+) -> Callable[[Sequence[bytes]], DBPCommand]:
+    """The decoder of a command with no body (or Hermes's one empty body frame)."""
 
+    def decode_no_body(frames: Sequence[bytes]) -> DBPCommand:
+        no_body(command, frames)
+        when, encoding = decode_time(command, frames[2])
+        return cls(when, encoding)
 
-def _dec_update(frames: Sequence[bytes]) -> Update:
-    expect_count(PROTOCOL, "UPDATE", frames, 4)
-    when, encoding = decode_time("UPDATE", frames[2])
-    return Update(decode_json("UPDATE", frames, 3, "updated values"), when, encoding)
+    return decode_no_body
 
 
 def _dec_approved(frames: Sequence[bytes]) -> Approved:
@@ -359,18 +366,6 @@ def _dec_denied(frames: Sequence[bytes]) -> Denied:
     return Denied(tuple(reasons), when, encoding)
 
 
-def _dec_disconnect(frames: Sequence[bytes]) -> Disconnect:
-    no_body("DISCONNECT", frames)
-    when, encoding = decode_time("DISCONNECT", frames[2])
-    return Disconnect(when, encoding)
-
-
-def _dec_awk(frames: Sequence[bytes]) -> Awk:
-    no_body("AWK", frames)
-    when, encoding = decode_time("AWK", frames[2])
-    return Awk(when, encoding)
-
-
 _new = object.__new__
 _set_service = Heartbeat.__dict__["service"].__set__
 _set_time = Heartbeat.__dict__["time"].__set__
@@ -378,14 +373,14 @@ _set_time_encoding = Heartbeat.__dict__["time_encoding"].__set__
 
 _DECODERS: dict[bytes, Callable[[Sequence[bytes]], DBPCommand]] = {
     INFO_REQUEST: _dec_info_request,
-    INFO_REPLY: _dec_info_reply,
-    REGISTRATION: _dec_registration,
-    UPDATE: _dec_update,
+    INFO_REPLY: _json_body_decoder(InfoReply, "REPLY", "information"),
+    REGISTRATION: _json_body_decoder(Registration, "REGISTRATION", "service information"),
+    UPDATE: _json_body_decoder(Update, "UPDATE", "updated values"),
     APPROVED: _dec_approved,
     DENIED: _dec_denied,
     DENIED_HERMES: _dec_denied,
-    DISCONNECT: _dec_disconnect,
-    AWK: _dec_awk,
+    DISCONNECT: _no_body_decoder(Disconnect, "DISCONNECT"),
+    AWK: _no_body_decoder(Awk, "AWK"),
 }
 
 

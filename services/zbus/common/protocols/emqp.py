@@ -30,73 +30,15 @@ The codec is split by what each part does; this module re-exports all of it:
 
 from __future__ import annotations
 
-from zbus.common.protocols.emqp_commands import (
-    DEFAULT_QUEUE_WEIGHT,
-    MAX_QUEUE_WEIGHT,
-    MIN_QUEUE_WEIGHT,
-    PROTOCOL,
-    VERSION,
-    Ack,
-    Disconnect,
-    EmqpCommand,
-    Headers,
-    Heartbeat,
-    Inform,
-    JsonValue,
-    Kbye,
-    Queues,
-    Ready,
-    Reply,
-    Request,
-    Schedule,
-    Unschedule,
-)
-from zbus.common.protocols.emqp_decode import EVENTMQ, SPEC, Dialect, decode
-from zbus.common.protocols.emqp_encode import encode
-from zbus.common.protocols.emqp_eventmq import (
-    EventmqCall,
-    build_call_body,
-    build_reply_value,
-    format_headers,
-    has_header,
-    header,
-    parse_call_body,
-    parse_headers,
-    parse_reply_value,
-)
+from zbus.common.protocols import emqp_commands, emqp_decode, emqp_encode, emqp_eventmq
+from zbus.common.protocols.emqp_commands import *  # noqa: F403
+from zbus.common.protocols.emqp_decode import *  # noqa: F403
+from zbus.common.protocols.emqp_encode import *  # noqa: F403
+from zbus.common.protocols.emqp_eventmq import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_QUEUE_WEIGHT",
-    "EVENTMQ",
-    "MAX_QUEUE_WEIGHT",
-    "MIN_QUEUE_WEIGHT",
-    "PROTOCOL",
-    "SPEC",
-    "VERSION",
-    "Ack",
-    "Dialect",
-    "Disconnect",
-    "EmqpCommand",
-    "EventmqCall",
-    "Headers",
-    "Heartbeat",
-    "Inform",
-    "JsonValue",
-    "Kbye",
-    "Queues",
-    "Ready",
-    "Reply",
-    "Request",
-    "Schedule",
-    "Unschedule",
-    "build_call_body",
-    "build_reply_value",
-    "decode",
-    "encode",
-    "format_headers",
-    "has_header",
-    "header",
-    "parse_call_body",
-    "parse_headers",
-    "parse_reply_value",
-]
+# Each part's __all__ is the one list of its public names.
+__all__ = []
+__all__ += emqp_commands.__all__
+__all__ += emqp_decode.__all__
+__all__ += emqp_encode.__all__
+__all__ += emqp_eventmq.__all__

@@ -53,7 +53,20 @@ JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, 
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class _Message:
+    """What every command carries: its msgid (frame 3) and the version of frame 1.
+
+    ``version`` is keyword-only, so each command's own fields follow ``msgid`` in its
+    constructor as they follow it on the wire.
+    """
+
+    COMMAND: ClassVar[str]
+    msgid: str
+    version: str = field(default=VERSION, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Request(_Message):
     """REQUEST (7 frames): a client asks for a job on a named queue.
 
     The eventmq router forwards a client's REQUEST to a jobmanager unchanged (same msgid),
@@ -68,15 +81,13 @@ class Request:
     """
 
     COMMAND: ClassVar[str] = "REQUEST"
-    msgid: str
     queue: str
     headers: Headers
     body: bytes
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Inform:
+class Inform(_Message):
     """INFORM (5 or 6 frames): a worker (or eventmq scheduler) announces itself.
 
     Attributes:
@@ -90,23 +101,19 @@ class Inform:
     """
 
     COMMAND: ClassVar[str] = "INFORM"
-    msgid: str
     queues: Queues
     worker_type: str | None = None
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Ready:
+class Ready(_Message):
     """READY (4 frames): a worker has one free slot (eventmq sends one READY per slot)."""
 
     COMMAND: ClassVar[str] = "READY"
-    msgid: str
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(_Message):
     """REPLY (5 or 6 frames). Three senders use it; the layouts do not overlap:
 
     - spec: ``[.., REPLY, msgid, reply]``: ``request_id`` is ``None``.
@@ -122,88 +129,76 @@ class Reply:
     """
 
     COMMAND: ClassVar[str] = "REPLY"
-    msgid: str
     body: bytes
     request_id: str | None = None
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(_Message):
     """HEARTBEAT (4 or 5 frames); eventmq appends the sender's ``time.time()`` as text."""
 
     COMMAND: ClassVar[str] = "HEARTBEAT"
-    msgid: str
     time: str | None = None
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Disconnect:
+class Disconnect(_Message):
     """DISCONNECT (4 frames): the peer is going away (eventmq: a request to shut down)."""
 
     COMMAND: ClassVar[str] = "DISCONNECT"
-    msgid: str
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(_Message):
     """ACK (5 frames, eventmq): the router accepted the INFORM whose msgid is ``ref_id``."""
 
     COMMAND: ClassVar[str] = "ACK"
-    msgid: str
     ref_id: str
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Kbye:
+class Kbye(_Message):
     """KBYE (4 frames, eventmq): goodbye; the peer forgets the sender."""
 
     COMMAND: ClassVar[str] = "KBYE"
-    msgid: str
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Schedule:
-    """SCHEDULE (9 frames, eventmq): run a job every ``interval`` seconds or on ``cron``.
+class _ScheduleFrames(_Message):
+    """The frames SCHEDULE and UNSCHEDULE share (eventmq sends both through one function).
 
     Frames 4..8: queue, headers, interval as decimal text (``-1`` when ``cron`` is used),
-    the JSON call body, the cron expression (empty when an interval is used). Exactly one
-    of the two is set: eventmq's client refuses both or neither, and its scheduler fails on
-    an interval of -1 with an empty cron expression.
+    the JSON call body, the cron expression (empty when an interval is used).
+    """
+
+    queue: str
+    headers: Headers
+    interval: int
+    body: bytes
+    cron: str
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule(_ScheduleFrames):
+    """SCHEDULE (9 frames, eventmq): run a job every ``interval`` seconds or on ``cron``.
+
+    Exactly one of the two is set: eventmq's client refuses both or neither, and its
+    scheduler fails on an interval of -1 with an empty cron expression.
     """
 
     COMMAND: ClassVar[str] = "SCHEDULE"
-    msgid: str
-    queue: str
-    headers: Headers
-    interval: int
-    body: bytes
-    cron: str
-    version: str = field(default=VERSION, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Unschedule:
+class Unschedule(_ScheduleFrames):
     """UNSCHEDULE (9 frames, eventmq): the same frames as SCHEDULE.
 
-    eventmq's client sends it through the same function as SCHEDULE, so the layout is
-    identical; its scheduler finds the job by a hash of the call body alone, and the
-    interval and cron frames carry whatever the caller passed (by default ``-1`` and
-    ``""``), so they are not cross-checked here.
+    eventmq's scheduler finds the job by a hash of the call body alone, and the interval
+    and cron frames carry whatever the caller passed (by default ``-1`` and ``""``), so
+    they are not cross-checked here.
     """
 
     COMMAND: ClassVar[str] = "UNSCHEDULE"
-    msgid: str
-    queue: str
-    headers: Headers
-    interval: int
-    body: bytes
-    cron: str
-    version: str = field(default=VERSION, kw_only=True)
 
 
 EmqpCommand: TypeAlias = (

@@ -125,8 +125,8 @@ def _interval(frames: Sequence[bytes], command: str) -> int:
 _new = object.__new__
 # Built from fields() so that a field added to either class without updating its decoder
 # below fails on first use: the unpacking there no longer matches.
-_SET_REQUEST = tuple(Request.__dict__[f.name].__set__ for f in dataclass_fields(Request))
-_SET_REPLY = tuple(Reply.__dict__[f.name].__set__ for f in dataclass_fields(Reply))
+_SET_REQUEST = tuple(getattr(Request, f.name).__set__ for f in dataclass_fields(Request))
+_SET_REPLY = tuple(getattr(Reply, f.name).__set__ for f in dataclass_fields(Reply))
 
 
 def _decode_request(frames: Sequence[bytes], dialect: Dialect, version: str) -> Request:
@@ -145,7 +145,7 @@ def _decode_request(frames: Sequence[bytes], dialect: Dialect, version: str) -> 
     body = frames[6]
     if dialect.json_bodies:
         _check_call(body, "REQUEST", 6)
-    set_msgid, set_queue, set_headers, set_body, set_version = _SET_REQUEST
+    set_msgid, set_version, set_queue, set_headers, set_body = _SET_REQUEST
     cmd = _new(Request)
     set_msgid(cmd, msgid)
     set_queue(cmd, queue)
@@ -201,25 +201,25 @@ def _decode_queues(frames: Sequence[bytes]) -> Queues:
     return tuple((name, DEFAULT_QUEUE_WEIGHT) for name in names)
 
 
+def _msgid(frames: Sequence[bytes], command: str) -> str:
+    """Frame 3, the message id every command carries: non-empty text."""
+    msgid = text(PROTOCOL, command, frames, 3, "message id")
+    if not msgid:
+        raise _empty_id(frames, command, 3, "message id")
+    return msgid
+
+
+def _trailing(frames: Sequence[bytes], command: str, index: int, what: str) -> str | None:
+    """The optional last frame eventmq appends as text; ``None`` in the spec's layout."""
+    return text(PROTOCOL, command, frames, index, what) if len(frames) > index else None
+
+
 def _decode_inform(frames: Sequence[bytes], dialect: Dialect, version: str) -> Inform:
-    n = len(frames)
-    if n not in {5, 6}:
+    if len(frames) not in {5, 6}:
         expect_count(PROTOCOL, "INFORM", frames, 5, 6)
-    msgid = text(PROTOCOL, "INFORM", frames, 3, "message id")
-    if not msgid:
-        raise _empty_id(frames, "INFORM", 3, "message id")
+    msgid = _msgid(frames, "INFORM")
     queues = _decode_queues(frames)
-    worker_type = text(PROTOCOL, "INFORM", frames, 5, "client type") if n == 6 else None
-    return Inform(msgid, queues, worker_type, version=version)
-
-
-def _decode_ready(frames: Sequence[bytes], dialect: Dialect, version: str) -> Ready:
-    if len(frames) != 4:
-        expect_count(PROTOCOL, "READY", frames, 4)
-    msgid = text(PROTOCOL, "READY", frames, 3, "message id")
-    if not msgid:
-        raise _empty_id(frames, "READY", 3, "message id")
-    return Ready(msgid, version=version)
+    return Inform(msgid, queues, _trailing(frames, "INFORM", 5, "client type"), version=version)
 
 
 def _decode_reply(frames: Sequence[bytes], dialect: Dialect, version: str) -> Reply:
@@ -235,7 +235,7 @@ def _decode_reply(frames: Sequence[bytes], dialect: Dialect, version: str) -> Re
         raise _empty_id(frames, "REPLY", 3, "message id")
     if request_id == "":
         raise _empty_id(frames, "REPLY", 5, "request id")
-    set_msgid, set_body, set_request_id, set_version = _SET_REPLY
+    set_msgid, set_version, set_body, set_request_id = _SET_REPLY
     cmd = _new(Reply)
     set_msgid(cmd, msgid)
     set_body(cmd, frames[4])
@@ -245,44 +245,36 @@ def _decode_reply(frames: Sequence[bytes], dialect: Dialect, version: str) -> Re
 
 
 def _decode_heartbeat(frames: Sequence[bytes], dialect: Dialect, version: str) -> Heartbeat:
-    n = len(frames)
-    if n not in {4, 5}:
+    if len(frames) not in {4, 5}:
         expect_count(PROTOCOL, "HEARTBEAT", frames, 4, 5)
-    msgid = text(PROTOCOL, "HEARTBEAT", frames, 3, "message id")
-    if not msgid:
-        raise _empty_id(frames, "HEARTBEAT", 3, "message id")
-    time = text(PROTOCOL, "HEARTBEAT", frames, 4, "sender time") if n == 5 else None
-    return Heartbeat(msgid, time, version=version)
+    msgid = _msgid(frames, "HEARTBEAT")
+    return Heartbeat(msgid, _trailing(frames, "HEARTBEAT", 4, "sender time"), version=version)
 
 
-def _decode_disconnect(frames: Sequence[bytes], dialect: Dialect, version: str) -> Disconnect:
-    if len(frames) != 4:
-        expect_count(PROTOCOL, "DISCONNECT", frames, 4)
-    msgid = text(PROTOCOL, "DISCONNECT", frames, 3, "message id")
-    if not msgid:
-        raise _empty_id(frames, "DISCONNECT", 3, "message id")
-    return Disconnect(msgid, version=version)
+def _decoder_of_msgid_only(cls: type[Ready | Disconnect | Kbye]) -> _Decoder:
+    """The decoder of a command whose only frame after the envelope is its msgid."""
+    command = cls.COMMAND
+
+    def decode_msgid_only(frames: Sequence[bytes], dialect: Dialect, version: str) -> EmqpCommand:
+        if len(frames) != 4:
+            expect_count(PROTOCOL, command, frames, 4)
+        # _msgid's two lines inlined: READY comes once per job a worker takes.
+        msgid = text(PROTOCOL, command, frames, 3, "message id")
+        if not msgid:
+            raise _empty_id(frames, command, 3, "message id")
+        return cls(msgid, version=version)
+
+    return decode_msgid_only
 
 
 def _decode_ack(frames: Sequence[bytes], dialect: Dialect, version: str) -> Ack:
     if len(frames) != 5:
         expect_count(PROTOCOL, "ACK", frames, 5)
-    msgid = text(PROTOCOL, "ACK", frames, 3, "message id")
-    if not msgid:
-        raise _empty_id(frames, "ACK", 3, "message id")
+    msgid = _msgid(frames, "ACK")
     ref_id = text(PROTOCOL, "ACK", frames, 4, "acknowledged message id")
     if not ref_id:
         raise _empty_id(frames, "ACK", 4, "acknowledged message id")
     return Ack(msgid, ref_id, version=version)
-
-
-def _decode_kbye(frames: Sequence[bytes], dialect: Dialect, version: str) -> Kbye:
-    if len(frames) != 4:
-        expect_count(PROTOCOL, "KBYE", frames, 4)
-    msgid = text(PROTOCOL, "KBYE", frames, 3, "message id")
-    if not msgid:
-        raise _empty_id(frames, "KBYE", 3, "message id")
-    return Kbye(msgid, version=version)
 
 
 def _decode_schedule_frames(
@@ -290,9 +282,7 @@ def _decode_schedule_frames(
 ) -> tuple[str, str, Headers, int, bytes, str]:
     if len(frames) != 9:
         expect_count(PROTOCOL, command, frames, 9)
-    msgid = text(PROTOCOL, command, frames, 3, "message id")
-    if not msgid:
-        raise _empty_id(frames, command, 3, "message id")
+    msgid = _msgid(frames, command)
     queue = text(PROTOCOL, command, frames, 4, "queue name")
     headers = _decode_headers(frames, command, 5)
     interval = _interval(frames, command)
@@ -340,12 +330,12 @@ _COMMANDS: Final[dict[bytes, _CommandSpec]] = {
     for spec in (
         _CommandSpec("REQUEST", b"REQUEST", 7, 7, _decode_request, False),
         _CommandSpec("INFORM", b"INFORM", 5, 6, _decode_inform, False),
-        _CommandSpec("READY", b"READY", 4, 4, _decode_ready, False),
+        _CommandSpec("READY", b"READY", 4, 4, _decoder_of_msgid_only(Ready), False),
         _CommandSpec("REPLY", b"REPLY", 5, 6, _decode_reply, False),
         _CommandSpec("HEARTBEAT", b"HEARTBEAT", 4, 5, _decode_heartbeat, False),
-        _CommandSpec("DISCONNECT", b"DISCONNECT", 4, 4, _decode_disconnect, False),
+        _CommandSpec("DISCONNECT", b"DISCONNECT", 4, 4, _decoder_of_msgid_only(Disconnect), False),
         _CommandSpec("ACK", b"ACK", 5, 5, _decode_ack, True),
-        _CommandSpec("KBYE", b"KBYE", 4, 4, _decode_kbye, True),
+        _CommandSpec("KBYE", b"KBYE", 4, 4, _decoder_of_msgid_only(Kbye), True),
         _CommandSpec("SCHEDULE", b"SCHEDULE", 9, 9, _decode_schedule, True),
         _CommandSpec("UNSCHEDULE", b"UNSCHEDULE", 9, 9, _decode_unschedule, True),
     )

@@ -129,23 +129,11 @@ def _encode_queues(queues: Queues, dialect: Dialect) -> bytes:
 
 
 def _encode_inform(cmd: Inform, dialect: Dialect) -> list[bytes]:
-    _check_id(cmd.msgid, "INFORM", "message id")
-    frames = [
-        b"",
-        _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, "INFORM"),
-        b"INFORM",
-        cmd.msgid.encode(),
-        _encode_queues(cmd.queues, dialect),
-    ]
+    frames = _encode_envelope(cmd, dialect)
+    frames.append(_encode_queues(cmd.queues, dialect))
     if cmd.worker_type is not None:
         frames.append(cmd.worker_type.encode())
     return frames
-
-
-def _encode_ready(cmd: Ready, dialect: Dialect) -> list[bytes]:
-    _check_id(cmd.msgid, "READY", "message id")
-    version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, "READY")
-    return [b"", version, b"READY", cmd.msgid.encode()]
 
 
 def _encode_reply(cmd: Reply, dialect: Dialect) -> list[bytes]:
@@ -159,40 +147,37 @@ def _encode_reply(cmd: Reply, dialect: Dialect) -> list[bytes]:
     return [b"", version, b"REPLY", cmd.msgid.encode(), cmd.body, cmd.request_id.encode()]
 
 
+def _encode_envelope(cmd: EmqpCommand, dialect: Dialect) -> list[bytes]:
+    """The frames up to the msgid: all of READY and DISCONNECT, the start of the others."""
+    command = cmd.COMMAND
+    _check_id(cmd.msgid, command, "message id")
+    version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, command)
+    return [b"", version, command.encode(), cmd.msgid.encode()]
+
+
+def _encode_eventmq_envelope(cmd: EmqpCommand, dialect: Dialect) -> list[bytes]:
+    """The envelope of a command only eventmq speaks: all of KBYE, the start of the others."""
+    _only_eventmq(cmd.COMMAND, dialect)
+    return _encode_envelope(cmd, dialect)
+
+
 def _encode_heartbeat(cmd: Heartbeat, dialect: Dialect) -> list[bytes]:
-    _check_id(cmd.msgid, "HEARTBEAT", "message id")
-    version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, "HEARTBEAT")
-    frames = [b"", version, b"HEARTBEAT", cmd.msgid.encode()]
+    frames = _encode_envelope(cmd, dialect)
     if cmd.time is not None:
         frames.append(cmd.time.encode())
     return frames
 
 
-def _encode_disconnect(cmd: Disconnect, dialect: Dialect) -> list[bytes]:
-    _check_id(cmd.msgid, "DISCONNECT", "message id")
-    version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, "DISCONNECT")
-    return [b"", version, b"DISCONNECT", cmd.msgid.encode()]
-
-
 def _encode_ack(cmd: Ack, dialect: Dialect) -> list[bytes]:
-    _only_eventmq("ACK", dialect)
-    _check_id(cmd.msgid, "ACK", "message id")
+    frames = _encode_eventmq_envelope(cmd, dialect)
     _check_id(cmd.ref_id, "ACK", "acknowledged message id")
-    version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, "ACK")
-    return [b"", version, b"ACK", cmd.msgid.encode(), cmd.ref_id.encode()]
-
-
-def _encode_kbye(cmd: Kbye, dialect: Dialect) -> list[bytes]:
-    _only_eventmq("KBYE", dialect)
-    _check_id(cmd.msgid, "KBYE", "message id")
-    version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, "KBYE")
-    return [b"", version, b"KBYE", cmd.msgid.encode()]
+    frames.append(cmd.ref_id.encode())
+    return frames
 
 
 def _encode_schedule(cmd: Schedule | Unschedule, dialect: Dialect) -> list[bytes]:
     command = cmd.COMMAND
-    _only_eventmq(command, dialect)
-    _check_id(cmd.msgid, command, "message id")
+    frames = _encode_eventmq_envelope(cmd, dialect)
     if type(cmd.interval) is not int or not -1 <= cmd.interval < 1 << 64:
         raise FrameValueError(
             PROTOCOL, "an interval in seconds, or -1", command=command, got=cmd.interval
@@ -206,29 +191,25 @@ def _encode_schedule(cmd: Schedule | Unschedule, dialect: Dialect) -> list[bytes
         )
     if dialect.json_bodies:
         _check_call(cmd.body, command, 7)
-    version = _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, command)
-    return [
-        b"",
-        version,
-        command.encode(),
-        cmd.msgid.encode(),
+    frames += (
         cmd.queue.encode(),
         _encode_headers(cmd.headers, command),
         str(cmd.interval).encode(),
         cmd.body,
         cmd.cron.encode(),
-    ]
+    )
+    return frames
 
 
 _ENCODERS: Final[dict[type, Callable[[Any, Dialect], list[bytes]]]] = {
     Request: _encode_request,
     Inform: _encode_inform,
-    Ready: _encode_ready,
+    Ready: _encode_envelope,
     Reply: _encode_reply,
     Heartbeat: _encode_heartbeat,
-    Disconnect: _encode_disconnect,
+    Disconnect: _encode_envelope,
     Ack: _encode_ack,
-    Kbye: _encode_kbye,
+    Kbye: _encode_eventmq_envelope,
     Schedule: _encode_schedule,
     Unschedule: _encode_schedule,
 }

@@ -118,39 +118,29 @@ NODE_REFERENCE = Dialect(ascii_sequences=True, subtree_separator=",")
 
 
 @dataclass(frozen=True, slots=True)
-class SyncStart:
+class _SubtreesAt:
+    """Subtrees and a sequence: what SYNCSTART asks for and what SYNCEND answers."""
+
+    subtrees: tuple[str, ...]
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStart(_SubtreesAt):
     """Client -> SNAPSHOT: send me every event after ``sequence`` under ``subtrees``.
 
     ``subtrees == ()`` asks for all topics.
     """
 
-    subtrees: tuple[str, ...]
-    sequence: int
-
 
 @dataclass(frozen=True, slots=True)
-class Sync:
-    """SNAPSHOT -> client: one stored event of the snapshot."""
-
-    topic: str
-    sequence: int
-    producer: str
-    timestamp: str
-    uuid: str
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SyncEnd:
+class SyncEnd(_SubtreesAt):
     """SNAPSHOT -> client: the snapshot is complete up to ``sequence``."""
 
-    subtrees: tuple[str, ...]
-    sequence: int
-
 
 @dataclass(frozen=True, slots=True)
-class Broadcast:
-    """PUBLISHER -> subscribers: a new event, with the sequence the server assigned."""
+class _SequencedEvent:
+    """An event with the sequence the server assigned: a SYNC item or a broadcast."""
 
     topic: str
     sequence: int
@@ -158,6 +148,16 @@ class Broadcast:
     timestamp: str
     uuid: str
     data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Sync(_SequencedEvent):
+    """SNAPSHOT -> client: one stored event of the snapshot."""
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast(_SequencedEvent):
+    """PUBLISHER -> subscribers: a new event, with the sequence the server assigned."""
 
 
 @dataclass(frozen=True, slots=True)

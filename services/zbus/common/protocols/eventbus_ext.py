@@ -317,15 +317,9 @@ def decode_collector(
 
 def decode_collector_reply(frames: Sequence[bytes]) -> Confirm | Error:
     """What the COLLECTOR answers a ZB-PUB with."""
-    if frames and frames[0] == ERROR:
-        return _error(frames)
-    if not frames or frames[0] != CONFIRM:
-        raise UnknownCommandError(
-            PROTOCOL, "ZB-CONFIRM or ZB-ERROR", frame=0, got=frames[0] if frames else "none"
-        )
-    if len(frames) != 2:
-        raise FrameCountError(PROTOCOL, "2 frames", command="ZB-CONFIRM", got=len(frames))
-    rows = _unpack(frames, 1, "ZB-CONFIRM", "confirmations")
+    rows = _answer(frames, CONFIRM, "ZB-CONFIRM", "confirmations")
+    if isinstance(rows, Error):
+        return rows
     if not isinstance(rows, list):
         raise _bad("ZB-CONFIRM", 1, "an array of [uuid, seq]", rows)
     pairs = []
@@ -334,6 +328,19 @@ def decode_collector_reply(frames: Sequence[bytes]) -> Confirm | Error:
             raise _bad("ZB-CONFIRM", 1, "[uuid, seq] pairs", row)
         pairs.append((row[0], _uint(row[1], "ZB-CONFIRM", 1, "sequence")))
     return Confirm(tuple(pairs))
+
+
+def _answer(frames: Sequence[bytes], expected: bytes, command: str, what: str) -> Any:
+    """The one msgpack body of a ``command`` answer, or the :class:`Error` sent instead."""
+    if frames and frames[0] == ERROR:
+        return _error(frames)
+    if not frames or frames[0] != expected:
+        raise UnknownCommandError(
+            PROTOCOL, f"{command} or ZB-ERROR", frame=0, got=frames[0] if frames else "none"
+        )
+    if len(frames) != 2:
+        raise FrameCountError(PROTOCOL, "2 frames", command=command, got=len(frames))
+    return _unpack(frames, 1, command, what)
 
 
 def _error(frames: Sequence[bytes]) -> Error:
@@ -397,15 +404,9 @@ def log_cursor(query: SnapshotQuery) -> int:
 
 def decode_snapshot_reply(frames: Sequence[bytes]) -> SnapshotPage | Error:
     """What the SNAPSHOT socket answers a ZB-SNAPSHOT with."""
-    if frames and frames[0] == ERROR:
-        return _error(frames)
-    if not frames or frames[0] != PAGE:
-        raise UnknownCommandError(
-            PROTOCOL, "ZB-PAGE or ZB-ERROR", frame=0, got=frames[0] if frames else "none"
-        )
-    if len(frames) != 2:
-        raise FrameCountError(PROTOCOL, "2 frames", command="ZB-PAGE", got=len(frames))
-    page = _unpack(frames, 1, "ZB-PAGE", "page")
+    page = _answer(frames, PAGE, "ZB-PAGE", "page")
+    if isinstance(page, Error):
+        return page
     if not isinstance(page, dict) or not isinstance(page.get("events"), list):
         raise _bad("ZB-PAGE", 1, "a map with events, next, sequence", page)
     nxt = page.get("next")

@@ -132,9 +132,7 @@
           })
         : [ZB.emptyRow(8, "no jobs match")]),
     );
-    $("jobs-page").textContent = `page ${state.cursors.length}`;
-    $("jobs-prev").disabled = state.cursors.length <= 1;
-    $("jobs-next").disabled = !state.next;
+    ZB.showPager("jobs", state);
   }
 
   async function refresh(cluster, errors) {
@@ -154,7 +152,7 @@
         state: $("jobs-state").value,
         queue: $("jobs-queue").value,
         limit: JOBS_PAGE,
-        before: state.cursors[state.cursors.length - 1],
+        before: ZB.pageCursor(state),
       }),
     ]);
     const rates = history.status === "fulfilled" ? (history.value.queues || {})[service] || {} : {};
@@ -194,14 +192,7 @@
 
   function init() {
     for (const id of ["broker-service", "jobs-state", "jobs-queue"]) $(id).addEventListener("change", ZB.refreshSoon);
-    $("jobs-next").addEventListener("click", () => {
-      if (state.next) state.cursors.push(state.next);
-      ZB.refreshSoon();
-    });
-    $("jobs-prev").addEventListener("click", () => {
-      if (state.cursors.length > 1) state.cursors.pop();
-      ZB.refreshSoon();
-    });
+    ZB.initPager("jobs", state);
     $("submit-form").addEventListener("submit", submit);
   }
 

@@ -76,9 +76,7 @@
           )
         : [ZB.emptyRow(6, "no topics under this prefix")]),
     );
-    $("topics-page").textContent = `page ${state.cursors.length}`;
-    $("topics-prev").disabled = state.cursors.length <= 1;
-    $("topics-next").disabled = !state.next;
+    ZB.showPager("topics", state);
   }
 
   function renderTail() {
@@ -123,7 +121,7 @@
     if (!service) return;
     if (service !== state.service) Object.assign(state, { service, cursors: [null], next: null });
     const prefix = $("topic-prefix").value;
-    const after = state.cursors[state.cursors.length - 1];
+    const after = ZB.pageCursor(state);
     const [bus, topics, rates, tail] = await Promise.allSettled([
       ZB.proxy(service, "api/v1/bus"),
       ZB.proxy(service, "api/v1/topics", { prefix, after, limit: TOPICS_PAGE }),
@@ -172,14 +170,7 @@
       typing = setTimeout(ZB.refreshSoon, 250);
     });
     $("bus-service").addEventListener("change", ZB.refreshSoon);
-    $("topics-next").addEventListener("click", () => {
-      if (state.next) state.cursors.push(state.next);
-      ZB.refreshSoon();
-    });
-    $("topics-prev").addEventListener("click", () => {
-      if (state.cursors.length > 1) state.cursors.pop();
-      ZB.refreshSoon();
-    });
+    ZB.initPager("topics", state);
     $("publish-form").addEventListener("submit", publish);
   }
 

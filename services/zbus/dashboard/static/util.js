@@ -209,4 +209,26 @@ window.ZB = window.ZB || {};
 
   ZB.emptyRow = (columns, text) =>
     ZB.el("tr", { class: "empty-row" }, ZB.el("td", { colspan: columns, class: "muted", text }));
+
+  // A table shown a page at a time, with the controls ID-page, ID-prev and ID-next:
+  // `state.cursors` holds the cursor of every page seen (the last is the current page's,
+  // null the first's), `state.next` the next page's cursor as the last answer gave it.
+  ZB.pageCursor = (state) => state.cursors[state.cursors.length - 1];
+
+  ZB.showPager = function showPager(id, state) {
+    ZB.$(`${id}-page`).textContent = `page ${state.cursors.length}`;
+    ZB.$(`${id}-prev`).disabled = state.cursors.length <= 1;
+    ZB.$(`${id}-next`).disabled = !state.next;
+  };
+
+  ZB.initPager = function initPager(id, state) {
+    ZB.$(`${id}-next`).addEventListener("click", () => {
+      if (state.next) state.cursors.push(state.next);
+      ZB.refreshSoon();
+    });
+    ZB.$(`${id}-prev`).addEventListener("click", () => {
+      if (state.cursors.length > 1) state.cursors.pop();
+      ZB.refreshSoon();
+    });
+  };
 })();

@@ -8,7 +8,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from zbus.sparkworker.archive import read_archive, require_session_conf
-from zbus.sparkworker.errors import ParamError
 from zbus.sparkworker.jobs.base import TableResult
 from zbus.sparkworker.params import (
     check_params,
@@ -16,7 +15,7 @@ from zbus.sparkworker.params import (
     parse_choice,
     parse_prefixes,
     parse_text,
-    parse_time,
+    since_until,
 )
 
 __all__ = ["export"]
@@ -36,10 +35,7 @@ def export(spark: SparkSession, params: dict[str, Any], *, archive: str) -> Tabl
     Columns: ``seq``, ``topic``, ``producer``, ``ts``, ``uuid``, ``data``.
     """
     check_params("export", params, _PARAMS)
-    since = optional(params, "since", parse_time)
-    until = optional(params, "until", parse_time)
-    if since is not None and until is not None and until <= since:
-        raise ParamError("until", f"must be after since ({since.isoformat()})")
+    since, until = since_until(params)
     prefixes = optional(params, "prefix", parse_prefixes) or ()
     fmt = optional(params, "format", parse_choice(("parquet", "csv"))) or "parquet"
     path = optional(params, "path", parse_text)

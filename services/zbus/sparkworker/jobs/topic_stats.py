@@ -10,15 +10,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from zbus.sparkworker.archive import read_archive
-from zbus.sparkworker.errors import ParamError
 from zbus.sparkworker.jobs.base import TableResult
-from zbus.sparkworker.jobs.results import iso_micros, iso_utc
+from zbus.sparkworker.jobs.results import iso_micros
 from zbus.sparkworker.params import (
     check_params,
     optional,
     parse_prefixes,
     parse_text,
-    parse_time,
+    since_until,
 )
 
 __all__ = ["PREVIEW_TOPICS", "topic_stats"]
@@ -40,10 +39,7 @@ def topic_stats(spark: SparkSession, params: dict[str, Any], *, archive: str) ->
     written as Parquet; the answer has the totals and the top topics by events.
     """
     check_params("topic-stats", params, _PARAMS)
-    since = optional(params, "since", parse_time)
-    until = optional(params, "until", parse_time)
-    if since is not None and until is not None and until <= since:
-        raise ParamError("until", f"must be after since ({iso_utc(since)})")
+    since, until = since_until(params)
     prefixes = optional(params, "prefix", parse_prefixes) or ()
     root = optional(params, "archive", parse_text) or archive
 
