@@ -80,8 +80,9 @@ class JobTable:
         self.outbox: list[Outgoing] = []
         self.dirty: dict[str, Job] = {}
         self._seq = itertools.count()
-        self._delays: list[tuple[float, int, str]] = []  # (not_before (wall), seq, job id)
-        # Retry backoffs: (monotonic due, seq, job id, the job's not_before it is for).
+        # Waiting jobs: (when, seq, job id, the job's not_before it is for); ``when`` is
+        # the not_before itself (wall time) for a delay, monotonic for a retry backoff.
+        self._delays: list[tuple[float, int, str, float]] = []
         self._backoffs: list[tuple[float, int, str, float]] = []
         self._timeouts: list[tuple[float, int, str, int]] = []  # monotonic (+ attempt)
         self._ended: dict[str, float] = {}  # finished job id -> monotonic time it ended
@@ -220,7 +221,8 @@ class JobTable:
                 entry = (now + wait, next(self._seq), job.id, job.not_before)
                 heapq.heappush(self._backoffs, entry)
             else:
-                heapq.heappush(self._delays, (job.not_before, next(self._seq), job.id))
+                entry = (job.not_before, next(self._seq), job.id, job.not_before)
+                heapq.heappush(self._delays, entry)
         else:
             self.router.push_ready(q, job.client, job.id)
             self._pump(q, now, wall)
@@ -405,17 +407,16 @@ class JobTable:
 
     def next_delay(self) -> float | None:
         """The earliest not_before (wall time) of a delayed job."""
-        heap, jobs = self._delays, self.jobs
-        while heap:
-            job = jobs.get(heap[0][2])
-            if job is not None and job.state is QUEUED and job.not_before == heap[0][0]:
-                return heap[0][0]
-            heapq.heappop(heap)
-        return None
+        return self._earliest(self._delays)
 
     def next_backoff(self) -> float | None:
         """When (monotonic) the earliest retry backoff ends."""
-        heap, jobs = self._backoffs, self.jobs
+        return self._earliest(self._backoffs)
+
+    def _earliest(self, heap: list[tuple[float, int, str, float]]) -> float | None:
+        """The first time of ``heap``; entries of jobs that no longer wait for the
+        not_before they were pushed for are dropped on the way."""
+        jobs = self.jobs
         while heap:
             job = jobs.get(heap[0][2])
             if job is not None and job.state is QUEUED and job.not_before == heap[0][3]:
