@@ -30,6 +30,7 @@ class Liveness:
         now: monotonic time of the start.
 
     Attributes:
+        interval: seconds between the broker's heartbeats.
         expiry: seconds of silence after which a peer is gone.
         next_heartbeat: when (monotonic) the next heartbeats are due.
     """
