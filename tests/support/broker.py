@@ -19,6 +19,7 @@ import zmq.asyncio
 from tests.support.waiting import UNIT, async_wait_for
 from zbus.broker.server.config import BrokerSettings
 from zbus.broker.server.service import BrokerService
+from zbus.common.clock import Clock
 from zbus.common.protocols import emqp
 
 DIALECT = emqp.Dialect(eventmq_commands=True)
@@ -58,9 +59,11 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 
 
 @asynccontextmanager
-async def running_broker(data_dir: Path, **settings: Any) -> AsyncIterator[BrokerService]:
+async def running_broker(
+    data_dir: Path, *, clock: Clock | None = None, **settings: Any
+) -> AsyncIterator[BrokerService]:
     service = BrokerService(
-        BrokerSettings(client_port=0, worker_port=0, data_dir=data_dir, **settings)
+        BrokerSettings(client_port=0, worker_port=0, data_dir=data_dir, **settings), clock=clock
     )
     task = asyncio.create_task(service.run())
 

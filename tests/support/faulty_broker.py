@@ -16,10 +16,12 @@ FAULT_QUEUE = "explode"
 _handle = BrokerCore.client_message
 
 
-def _client_message(core: BrokerCore, identity: bytes, cmd: EmqpCommand, now: float) -> str | None:
+def _client_message(
+    core: BrokerCore, identity: bytes, cmd: EmqpCommand, now: float, *, wall: float
+) -> str | None:
     if isinstance(cmd, Request) and cmd.queue == FAULT_QUEUE:
         raise RuntimeError("a fault in the routing thread, injected by the test")
-    return _handle(core, identity, cmd, now)
+    return _handle(core, identity, cmd, now, wall=wall)
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ class Broker:
             CoreConfig(**config),  # type: ignore[arg-type]
             jobs,
             now=now,
+            wall=now,
             new_id=lambda: f"m{next(ids)}",
         )
 
@@ -64,17 +65,19 @@ class Broker:
         self, identity: bytes, *queues: str, slots: int = 1, now: float = T0
     ) -> list[Outgoing]:
         names = queues or ("default",)
-        self.core.worker_message(identity, Inform("inf", tuple((q, 10) for q in names)), now)
+        self.core.worker_message(
+            identity, Inform("inf", tuple((q, 10) for q in names)), now, wall=now
+        )
         for _ in range(slots):
-            self.core.worker_message(identity, Ready("rdy"), now)
+            self.core.worker_message(identity, Ready("rdy"), now, wall=now)
         return self.out()
 
     def ready(self, identity: bytes, now: float = T0) -> list[Outgoing]:
-        assert self.core.worker_message(identity, Ready("rdy"), now) is None
+        assert self.core.worker_message(identity, Ready("rdy"), now, wall=now) is None
         return self.out()
 
     def reply(self, worker: bytes, job_id: str, body: bytes = VALUE, now: float = T0) -> str | None:
-        return self.core.worker_message(worker, Reply("rep", body, job_id), now)
+        return self.core.worker_message(worker, Reply("rep", body, job_id), now, wall=now)
 
     def request(
         self,
@@ -84,7 +87,9 @@ class Broker:
         headers: Headers = (),
         now: float = T0,
     ) -> str | None:
-        return self.core.client_message(client, Request(job_id, queue, headers, b"call"), now)
+        return self.core.client_message(
+            client, Request(job_id, queue, headers, b"call"), now, wall=now
+        )
 
     # ------------------------------------------------------------------ outputs
 
@@ -204,7 +209,7 @@ def test_round_robin_across_clients_in_a_queue() -> None:
         b.request(b"X", f"x{i}")
     for i in range(2):
         b.request(b"Y", f"y{i}")
-    b.core.submit("admin0", "default", (), b"", T0)  # the admin API is a client too
+    b.core.submit("admin0", "default", (), b"", T0, wall=T0)  # the admin API is a client too
     order = b.dispatched(b.worker(b"W"))
     for _ in range(6):
         order += b.dispatched(b.ready(b"W"))
@@ -232,7 +237,7 @@ def test_worker_queues_by_weight() -> None:
     b = Broker()
     b.request(b"C", "low1", queue="low")
     b.request(b"C", "high1", queue="high")
-    b.core.worker_message(b"W", Inform("inf", (("low", 1), ("high", 20))), T0)
+    b.core.worker_message(b"W", Inform("inf", (("low", 1), ("high", 20))), T0, wall=T0)
     out = b.ready(b"W")
     assert b.dispatched(out) == [(b"W", "high1")]
     assert b.dispatched(b.ready(b"W")) == [(b"W", "low1")]
@@ -240,7 +245,7 @@ def test_worker_queues_by_weight() -> None:
 
 def test_a_slot_serves_whichever_of_its_queues_gets_a_job() -> None:
     b = Broker()
-    b.core.worker_message(b"W", Inform("inf", (("a", 10), ("b", 10))), T0)
+    b.core.worker_message(b"W", Inform("inf", (("a", 10), ("b", 10))), T0, wall=T0)
     b.ready(b"W")
     b.request(b"C", "jb", queue="b")
     assert b.dispatched(b.out()) == [(b"W", "jb")]
@@ -256,11 +261,11 @@ def test_worker_expires_at_interval_times_misses_not_a_tick_before() -> None:
     b.worker(b"W")
     b.request(b"C", "job1")
     b.out()
-    b.core.tick(T0 + 5.999)
+    b.core.tick(T0 + 5.999, wall=T0 + 5.999)
     assert b.state("job1") is JobState.RUNNING
     assert [w.identity for w in b.core.worker_views()] == [b"W"]
     assert b.core.next_deadline() == T0 + 6.0
-    b.core.tick(T0 + 6.0)
+    b.core.tick(T0 + 6.0, wall=T0 + 6.0)
     assert b.core.worker_views() == []
     job = b.core.job("job1")
     assert job is not None
@@ -273,12 +278,12 @@ def test_worker_expires_at_interval_times_misses_not_a_tick_before() -> None:
     assert b.core.counters["workers_expired"] == 1
     # Its slots are gone with it: a new worker gets the retry once the backoff ends.
     b.worker(b"V", now=T0 + 6.5)
-    b.core.tick(T0 + 6.999)
+    b.core.tick(T0 + 6.999, wall=T0 + 6.999)
     assert b.dispatched(b.out()) == []
-    b.core.tick(T0 + 7.0)
+    b.core.tick(T0 + 7.0, wall=T0 + 7.0)
     assert b.dispatched(b.out()) == [(b"V", "job1")]
     # The second attempt is lost too: no retry left, dead with the reason.
-    b.core.tick(T0 + 6.5 + 6.0)
+    b.core.tick(T0 + 6.5 + 6.0, wall=T0 + 6.5 + 6.0)
     dead = b.core.job("job1")
     assert dead is not None
     assert (dead.state, dead.attempts, dead.error) == (
@@ -297,13 +302,13 @@ def test_worker_expires_at_interval_times_misses_not_a_tick_before() -> None:
 def test_any_message_counts_as_a_heartbeat() -> None:
     b = Broker()
     b.worker(b"W")
-    b.core.worker_message(b"W", Heartbeat("hb", "1.0"), T0 + 5)
-    b.core.tick(T0 + 6)
+    b.core.worker_message(b"W", Heartbeat("hb", "1.0"), T0 + 5, wall=T0 + 5)
+    b.core.tick(T0 + 6, wall=T0 + 6)
     assert len(b.core.worker_views()) == 1
     b.ready(b"W", now=T0 + 10)  # READY counts as well
-    b.core.tick(T0 + 15.9)
+    b.core.tick(T0 + 15.9, wall=T0 + 15.9)
     assert len(b.core.worker_views()) == 1
-    b.core.tick(T0 + 16)
+    b.core.tick(T0 + 16, wall=T0 + 16)
     assert b.core.worker_views() == []
 
 
@@ -313,9 +318,9 @@ def test_broker_heartbeats_every_interval() -> None:
     b.worker(b"W", now=T0 + 1)
     b.worker(b"V", now=T0 + 1)
     assert b.core.next_deadline() == T0 + 4
-    b.core.tick(T0 + 3.9)
+    b.core.tick(T0 + 3.9, wall=T0 + 3.9)
     assert b.out() == []
-    b.core.tick(T0 + 4)
+    b.core.tick(T0 + 4, wall=T0 + 4)
     assert b.out() == [
         Outgoing("worker", b"W", Heartbeat("m2", str(T0 + 4))),
         Outgoing("worker", b"V", Heartbeat("m3", str(T0 + 4))),
@@ -330,7 +335,7 @@ def test_worker_goodbye_fails_its_jobs_at_once(goodbye: EmqpCommand) -> None:
     b.request(b"C", "job1")
     b.request(b"C", "job2")
     b.out()
-    assert b.core.worker_message(b"W", goodbye, T0 + 1) is None
+    assert b.core.worker_message(b"W", goodbye, T0 + 1, wall=T0 + 1) is None
     assert b.core.worker_views() == []
     for job_id in ("job1", "job2"):
         job = b.core.job(job_id)
@@ -349,10 +354,10 @@ def test_timeout_retries_then_dead_and_late_reply_is_dropped() -> None:
     b.request(b"C", "job1", headers=(("timeout", "10"), ("retry-count", "1")))
     b.out()
     assert b.core.next_deadline() == T0 + 3  # heartbeat before the timeout
-    b.core.worker_message(b"W", Heartbeat("hb"), T0 + 5)
-    b.core.tick(T0 + 9.999)
+    b.core.worker_message(b"W", Heartbeat("hb"), T0 + 5, wall=T0 + 5)
+    b.core.tick(T0 + 9.999, wall=T0 + 9.999)
     assert b.state("job1") is JobState.RUNNING
-    b.core.tick(T0 + 10)
+    b.core.tick(T0 + 10, wall=T0 + 10)
     job = b.core.job("job1")
     assert job is not None
     assert (job.state, job.error, job.not_before) == (
@@ -366,10 +371,10 @@ def test_timeout_retries_then_dead_and_late_reply_is_dropped() -> None:
         == "REPLY for job job1, not running on this worker: dropped"
     )
     assert b.core.counters["replies_not_running"] == 1
-    b.core.tick(T0 + 12)  # the second slot takes the retry
+    b.core.tick(T0 + 12, wall=T0 + 12)  # the second slot takes the retry
     assert b.dispatched(b.out()) == [(b"W", "job1")]
-    b.core.worker_message(b"W", Heartbeat("hb"), T0 + 21)
-    b.core.tick(T0 + 22)
+    b.core.worker_message(b"W", Heartbeat("hb"), T0 + 21, wall=T0 + 21)
+    b.core.tick(T0 + 22, wall=T0 + 22)
     dead = b.core.job("job1")
     assert dead is not None
     assert (dead.state, dead.attempts, dead.error) == (JobState.DEAD, 2, "timeout after 10s")
@@ -389,11 +394,11 @@ def test_backoff_doubles_and_is_capped() -> None:
         assert (job.state, job.attempts, job.not_before) == (JobState.QUEUED, attempt, now + wait)
         assert job.error == "ValueError: boom"
         b.ready(b"W", now=now)
-        b.core.tick(now + wait - 0.001)
+        b.core.tick(now + wait - 0.001, wall=now + wait - 0.001)
         assert b.dispatched(b.out()) == []
         assert b.core.next_deadline() == now + wait
         now += wait
-        b.core.tick(now)
+        b.core.tick(now, wall=now)
         assert b.dispatched(b.out()) == [(b"W", "job1")]
     b.reply(b"W", "job1", ERROR, now=now)
     failed = b.core.job("job1")
@@ -431,9 +436,9 @@ def test_delay_header_holds_the_job() -> None:
     assert b.dispatched(b.out()) == []
     assert b.core.queue_views()[0].waiting == 1
     assert b.core.next_deadline() == T0 + 30
-    b.core.tick(T0 + 29.9)
+    b.core.tick(T0 + 29.9, wall=T0 + 29.9)
     assert b.dispatched(b.out()) == []
-    b.core.tick(T0 + 30)
+    b.core.tick(T0 + 30, wall=T0 + 30)
     assert b.dispatched(b.out()) == [(b"W", "job1")]
 
 
@@ -462,7 +467,7 @@ def test_duplicate_request_runs_nothing() -> None:
     assert b.out() == [Outgoing("client", b"C", Reply("m5", VALUE, "job1"))]
     assert b.core.counters["duplicate_requests"] == 3
     assert b.core.counters["dispatched"] == 1
-    assert b.core.submit("job1", "default", (), b"", T0).state is JobState.SUCCEEDED
+    assert b.core.submit("job1", "default", (), b"", T0, wall=T0).state is JobState.SUCCEEDED
     assert b.core.counters["requests"] == 1
 
 
@@ -474,7 +479,7 @@ def test_finished_jobs_are_remembered_for_a_while_only() -> None:
         b.reply(b"W", f"j{i}")
     assert b.core.job("j0") is None  # pushed out by max_finished
     assert b.core.job("j2") is not None
-    b.core.tick(T0 + 60)
+    b.core.tick(T0 + 60, wall=T0 + 60)
     assert b.core.job("j2") is None
 
 
@@ -486,21 +491,21 @@ def test_cancel() -> None:
     b.request(b"C", "queued")
     b.request(b"C", "delayed", headers=(("delay", "5"),))
     b.out()
-    assert b.core.cancel("queued", T0 + 1)
-    assert b.core.cancel("delayed", T0 + 1)
-    assert not b.core.cancel("queued", T0 + 1)  # already cancelled
-    assert not b.core.cancel("nope", T0 + 1)
+    assert b.core.cancel("queued", T0 + 1, wall=T0 + 1)
+    assert b.core.cancel("delayed", T0 + 1, wall=T0 + 1)
+    assert not b.core.cancel("queued", T0 + 1, wall=T0 + 1)  # already cancelled
+    assert not b.core.cancel("nope", T0 + 1, wall=T0 + 1)
     cancelled = b.core.job("queued")
     assert cancelled is not None
     assert (cancelled.state, cancelled.error) == (JobState.CANCELLED, "cancelled")
     assert [r[1] for r in results(b.out())] == ["queued", "delayed"]
     # A worker arriving later gets nothing.
     assert b.dispatched(b.worker(b"W")) == []
-    b.core.tick(T0 + 5)
+    b.core.tick(T0 + 5, wall=T0 + 5)
     assert b.dispatched(b.out()) == []
     b.request(b"C", "running")
     b.out()
-    assert not b.core.cancel("running", T0 + 1)
+    assert not b.core.cancel("running", T0 + 1, wall=T0 + 1)
     assert b.core.counters["cancelled"] == 2
 
 
@@ -512,8 +517,8 @@ def test_purge_queue_cancels_queued_jobs_only() -> None:
         b.request(b"C", f"q{i}", queue="q")
     b.request(b"C", "later", queue="q", headers=(("delay", "9"),))
     b.request(b"C", "other", queue="r")
-    assert b.core.purge_queue("q", T0 + 1) == 4
-    assert b.core.purge_queue("nope", T0 + 1) == 0
+    assert b.core.purge_queue("q", T0 + 1, wall=T0 + 1) == 4
+    assert b.core.purge_queue("nope", T0 + 1, wall=T0 + 1) == 0
     assert b.state("running") is JobState.RUNNING
     assert b.state("other") is JobState.QUEUED
     (q,) = [v for v in b.core.queue_views() if v.name == "q"]
@@ -524,15 +529,15 @@ def test_purge_queue_cancels_queued_jobs_only() -> None:
 
 def test_submit_and_retry_from_the_admin_api() -> None:
     b = Broker()
-    job = b.core.submit("a1", "default", (("retry-count", "0"),), b"x", T0)
+    job = b.core.submit("a1", "default", (("retry-count", "0"),), b"x", T0, wall=T0)
     assert (job.state, job.client, job.max_retries) == (JobState.QUEUED, None, 0)
     assert b.out() == []  # no client to ACK
     b.worker(b"W")
-    b.core.worker_message(b"W", Kbye("bye"), T0 + 1)
+    b.core.worker_message(b"W", Kbye("bye"), T0 + 1, wall=T0 + 1)
     dead = b.core.job("a1")
     assert dead is not None
     assert dead.state is JobState.DEAD
-    again = b.core.retry(dead, T0 + 2)
+    again = b.core.retry(dead, T0 + 2, wall=T0 + 2)
     assert (again.state, again.attempts, again.error, again.result) == (
         JobState.QUEUED,
         0,
@@ -540,14 +545,14 @@ def test_submit_and_retry_from_the_admin_api() -> None:
         None,
     )
     with pytest.raises(JobStateError, match="cannot retry a job in state queued"):
-        b.core.retry(dead, T0 + 2)
+        b.core.retry(dead, T0 + 2, wall=T0 + 2)
     # A dead job read back from the store after it left memory can be retried too.
     stored = replace(dead, id="old", state=JobState.FAILED)
-    assert b.core.retry(stored, T0 + 3).state is JobState.QUEUED
+    assert b.core.retry(stored, T0 + 3, wall=T0 + 3).state is JobState.QUEUED
     with pytest.raises(JobStateError):
-        b.core.retry(replace(dead, id="ok", state=JobState.SUCCEEDED), T0 + 3)
+        b.core.retry(replace(dead, id="ok", state=JobState.SUCCEEDED), T0 + 3, wall=T0 + 3)
     with pytest.raises(HeaderError, match="header timeout"):
-        b.core.submit("bad", "default", (("timeout", "soon"),), b"", T0)
+        b.core.submit("bad", "default", (("timeout", "soon"),), b"", T0, wall=T0)
 
 
 def test_views() -> None:
@@ -605,7 +610,7 @@ def test_max_queued_refuses_new_jobs_with_a_clear_error() -> None:
     assert b.changes().jobs == []
     assert b.core.job("j3") is None
     with pytest.raises(QueueFullError):
-        b.core.submit("j4", "default", (), b"", T0)
+        b.core.submit("j4", "default", (), b"", T0, wall=T0)
     assert b.core.counters["rejected_requests"] == 1
 
 
@@ -635,10 +640,10 @@ def test_bad_headers_refuse_the_job(headers: Headers, fragment: str) -> None:
 @pytest.mark.parametrize("compat", ["spec", "eventmq"])
 def test_commands_from_an_uninformed_worker(compat: str) -> None:
     b = Broker(compat=compat)
-    notice = b.core.worker_message(b"X", Ready("r"), T0)
+    notice = b.core.worker_message(b"X", Ready("r"), T0, wall=T0)
     assert notice == "READY from a worker that never sent INFORM: dropped"
-    b.core.worker_message(b"X", Reply("r", VALUE, "job1"), T0)
-    b.core.worker_message(b"X", Heartbeat("h"), T0)
+    b.core.worker_message(b"X", Reply("r", VALUE, "job1"), T0, wall=T0)
+    b.core.worker_message(b"X", Heartbeat("h"), T0, wall=T0)
     assert b.core.counters["uninformed_workers"] == 3
     if compat == "spec":
         assert b.out() == [
@@ -648,7 +653,7 @@ def test_commands_from_an_uninformed_worker(compat: str) -> None:
         ]
     else:  # an eventmq jobmanager would shut down on DISCONNECT
         assert b.out() == []
-    assert b.core.worker_message(b"X", Kbye("k"), T0) is None  # leaving: nothing to say
+    assert b.core.worker_message(b"X", Kbye("k"), T0, wall=T0) is None  # leaving: nothing to say
     assert b.out() == []
 
 
@@ -670,25 +675,25 @@ def test_spec_reply_without_request_id() -> None:
     b = Broker()
     b.worker(b"W", slots=2)
     b.request(b"C", "job1")
-    assert b.core.worker_message(b"W", Reply("x", VALUE), T0) is None  # its only job
+    assert b.core.worker_message(b"W", Reply("x", VALUE), T0, wall=T0) is None  # its only job
     assert b.state("job1") is JobState.SUCCEEDED
     b.ready(b"W")
     b.request(b"C", "job2")
     b.request(b"C", "job3")
-    assert b.core.worker_message(b"W", Reply("job3", VALUE), T0) is None  # msgid = job id
+    assert b.core.worker_message(b"W", Reply("job3", VALUE), T0, wall=T0) is None  # msgid = job id
     assert b.state("job3") is JobState.SUCCEEDED
     b.ready(b"W")
     b.request(b"C", "job4")
-    assert b.core.worker_message(b"W", Reply("x", VALUE), T0) is not None  # two running
+    assert b.core.worker_message(b"W", Reply("x", VALUE), T0, wall=T0) is not None  # two running
     assert b.core.counters["replies_unmatched"] == 1
 
 
 def test_commands_in_the_wrong_place() -> None:
     b = Broker()
-    assert b.core.client_message(b"C", Ready("r"), T0) is not None
-    assert b.core.client_message(b"C", Inform("i", (("q", 10),)), T0) is not None
+    assert b.core.client_message(b"C", Ready("r"), T0, wall=T0) is not None
+    assert b.core.client_message(b"C", Inform("i", (("q", 10),)), T0, wall=T0) is not None
     b.worker(b"W")
-    assert b.core.worker_message(b"W", Request("j", "q", (), b""), T0) is not None
+    assert b.core.worker_message(b"W", Request("j", "q", (), b""), T0, wall=T0) is not None
     assert b.core.counters["unexpected_commands"] == 3
     assert b.out() == []
 
@@ -698,32 +703,32 @@ def test_commands_in_the_wrong_place() -> None:
 
 def test_eventmq_scheduler_on_the_client_port_is_a_quiet_client() -> None:
     b = Broker(compat="eventmq")
-    b.core.client_message(b"S", Inform("inf", (), "scheduler"), T0)
+    b.core.client_message(b"S", Inform("inf", (), "scheduler"), T0, wall=T0)
     assert b.out() == [Outgoing("client", b"S", Ack("m0", "inf"))]
-    b.core.client_message(b"S", Request("job1", "default", RR, b"call"), T0)
+    b.core.client_message(b"S", Request("job1", "default", RR, b"call"), T0, wall=T0)
     assert b.out() == []  # no ACK for a scheduler: eventmq never sends one
     out = b.worker(b"W")
     assert Outgoing("client", b"S", Reply("m2", b"job1")) in out  # the hand-off, as eventmq
     b.reply(b"W", "job1")
     assert b.out() == []  # no result either
-    b.core.tick(T0 + 3)
+    b.core.tick(T0 + 3, wall=T0 + 3)
     assert Outgoing("client", b"S", Heartbeat("m5", str(T0 + 3))) in b.out()
-    b.core.client_message(b"S", Kbye("k"), T0 + 4)
-    b.core.tick(T0 + 6)
+    b.core.client_message(b"S", Kbye("k"), T0 + 4, wall=T0 + 4)
+    b.core.tick(T0 + 6, wall=T0 + 6)
     assert all(o.identity != b"S" for o in b.out())
 
 
 def test_scheduler_on_the_worker_port_may_submit_and_expires() -> None:
     b = Broker()
-    b.core.worker_message(b"S", Inform("inf", (), "scheduler"), T0)
+    b.core.worker_message(b"S", Inform("inf", (), "scheduler"), T0, wall=T0)
     assert b.out() == [Outgoing("worker", b"S", Ack("m0", "inf"))]
-    assert b.core.worker_message(b"S", Request("job1", "default", RR, b"call"), T0) is None
+    assert b.core.worker_message(b"S", Request("job1", "default", RR, b"call"), T0, wall=T0) is None
     assert b.out() == []  # neither DISCONNECT nor ACK
     assert b.state("job1") is JobState.QUEUED
-    assert b.core.worker_message(b"S", Ready("r"), T0) is not None  # not a worker
-    b.core.tick(T0 + 6)
+    assert b.core.worker_message(b"S", Ready("r"), T0, wall=T0) is not None  # not a worker
+    b.core.tick(T0 + 6, wall=T0 + 6)
     b.out()
-    assert b.core.worker_message(b"S", Heartbeat("h"), T0 + 7) is not None  # forgotten
+    assert b.core.worker_message(b"S", Heartbeat("h"), T0 + 7, wall=T0 + 7) is not None  # forgotten
     assert b.out() == [Outgoing("worker", b"S", Disconnect("m1"))]
 
 
@@ -746,7 +751,7 @@ def fired(changes: Changes) -> list[tuple[float, str | None]]:
 
 def test_interval_schedule_fires_at_once_then_every_interval() -> None:
     b = Broker()
-    assert b.core.client_message(b"C", sched(interval=60), T0) is None
+    assert b.core.client_message(b"C", sched(interval=60), T0, wall=T0) is None
     assert b.out() == [Outgoing("client", b"C", Ack("m1", "s-msg"))]
     changes = b.changes()
     (stored,) = changes.schedules
@@ -758,14 +763,14 @@ def test_interval_schedule_fires_at_once_then_every_interval() -> None:
     )
     assert fired(changes) == [(T0, stored.id)]  # eventmq runs it at once (no nohaste)
     assert b.core.next_deadline() == T0 + 60
-    b.core.tick(T0 + 59.999)
+    b.core.tick(T0 + 59.999, wall=T0 + 59.999)
     assert not b.changes()
-    b.core.tick(T0 + 60)
+    b.core.tick(T0 + 60, wall=T0 + 60)
     changes = b.changes()
     assert fired(changes) == [(T0 + 60, stored.id)]
     assert [s.next_run for s in changes.schedules] == [T0 + 120]
     # Late by 2.5 intervals: one run, and the cadence is kept.
-    b.core.tick(T0 + 270)
+    b.core.tick(T0 + 270, wall=T0 + 270)
     changes = b.changes()
     assert fired(changes) == [(T0 + 270, stored.id)]
     assert [s.next_run for s in changes.schedules] == [T0 + 300]
@@ -775,42 +780,44 @@ def test_interval_schedule_fires_at_once_then_every_interval() -> None:
 def test_cron_schedule_and_nohaste() -> None:
     start = 1_704_067_260.0  # 2024-01-01T00:01:00Z
     b = Broker(now=start)
-    b.core.client_message(b"C", sched(cron="*/5 * * * *", headers=(("nohaste", ""),)), start)
+    b.core.client_message(
+        b"C", sched(cron="*/5 * * * *", headers=(("nohaste", ""),)), start, wall=start
+    )
     changes = b.changes()
     assert fired(changes) == []
     (stored,) = changes.schedules
     assert stored.next_run == start + 240  # 00:05
     for due in (start + 240, start + 540):
-        b.core.tick(due - 0.5)
+        b.core.tick(due - 0.5, wall=due - 0.5)
         assert not b.changes()
-        b.core.tick(due)
+        b.core.tick(due, wall=due)
         assert fired(b.changes()) == [(due, stored.id)]
 
 
 def test_run_count_limits_runs() -> None:
     b = Broker()
-    b.core.client_message(b"C", sched(interval=10, headers=(("run_count", "3"),)), T0)
+    b.core.client_message(b"C", sched(interval=10, headers=(("run_count", "3"),)), T0, wall=T0)
     changes = b.changes()
     assert len(fired(changes)) == 1
     assert changes.schedules[0].headers == (("run_count", "2"),)
-    b.core.tick(T0 + 10)
+    b.core.tick(T0 + 10, wall=T0 + 10)
     assert b.changes().schedules[0].headers == (("run_count", "1"),)
-    b.core.tick(T0 + 20)
+    b.core.tick(T0 + 20, wall=T0 + 20)
     changes = b.changes()
     assert len(fired(changes)) == 1
     assert changes.schedules == []
     assert changes.deleted_schedules == [changes.jobs[0].schedule_id]
-    b.core.tick(T0 + 30)
+    b.core.tick(T0 + 30, wall=T0 + 30)
     assert not b.changes()
     assert b.core.schedules() == []
 
 
 def test_unschedule_and_replace() -> None:
     b = Broker()
-    b.core.client_message(b"C", sched(interval=10, headers=(("nohaste", ""),)), T0)
+    b.core.client_message(b"C", sched(interval=10, headers=(("nohaste", ""),)), T0, wall=T0)
     (first,) = b.changes().schedules
     # The same SCHEDULE again replaces it (same id, creation time kept).
-    b.core.client_message(b"C", sched(interval=30, headers=(("nohaste", ""),)), T0 + 5)
+    b.core.client_message(b"C", sched(interval=30, headers=(("nohaste", ""),)), T0 + 5, wall=T0 + 5)
     (second,) = b.changes().schedules
     assert (second.id, second.interval, second.created, second.next_run) == (
         first.id,
@@ -820,11 +827,11 @@ def test_unschedule_and_replace() -> None:
     )
     # eventmq's client sends UNSCHEDULE with its default queue: found by body anyway.
     unsched = Unschedule("u", "other-queue", (), -1, b"tick", "")
-    assert b.core.client_message(b"C", unsched, T0 + 6) is None
+    assert b.core.client_message(b"C", unsched, T0 + 6, wall=T0 + 6) is None
     assert b.out()[-1] == Outgoing("client", b"C", Ack("m2", "u"))
     changes = b.changes()
     assert (changes.schedules, changes.deleted_schedules) == ([], [first.id])
-    b.core.tick(T0 + 40)
+    b.core.tick(T0 + 40, wall=T0 + 40)
     assert not b.changes()
 
 
@@ -839,7 +846,7 @@ def test_unschedule_and_replace() -> None:
 )
 def test_bad_schedules_are_refused(cmd: Schedule, fragment: str) -> None:
     b = Broker()
-    notice = b.core.client_message(b"C", cmd, T0)
+    notice = b.core.client_message(b"C", cmd, T0, wall=T0)
     assert notice is not None and fragment in notice
     (refusal,) = b.out()
     assert isinstance(refusal.command, Reply)
@@ -851,7 +858,7 @@ def test_bad_schedules_are_refused(cmd: Schedule, fragment: str) -> None:
 def test_schedule_runs_skip_when_full() -> None:
     b = Broker(max_queued=1)
     b.request(b"C", "j1")
-    b.core.client_message(b"C", sched(interval=10), T0)
+    b.core.client_message(b"C", sched(interval=10), T0, wall=T0)
     assert b.core.counters["schedule_runs_skipped"] == 1
     assert len(b.core.schedules()) == 1
 
@@ -900,10 +907,10 @@ def test_restart_requeues_running_jobs_without_using_a_retry() -> None:
 
 def test_restart_keeps_schedules() -> None:
     schedule = StoredSchedule("sid", "default", (), b"tick", 10.0, None, T0 + 5, T0)
-    core = BrokerCore(CoreConfig(), (), (schedule,), now=T0)
+    core = BrokerCore(CoreConfig(), (), (schedule,), now=T0, wall=T0)
     assert core.schedules() == [schedule]
     assert core.next_deadline() == T0 + 5
-    core.tick(T0 + 5)
+    core.tick(T0 + 5, wall=T0 + 5)
     changes = core.take_changes()
     assert [s.next_run for s in changes.schedules] == [T0 + 15]
     assert [j.schedule_id for j in changes.jobs] == ["sid"]
@@ -923,8 +930,8 @@ def test_take_changes_holds_exactly_the_changed_values() -> None:
         ("b", JobState.QUEUED),
     ]
     assert not b.changes()  # nothing changed since
-    b.core.worker_message(b"W", Heartbeat("h"), T0 + 1)
-    b.core.tick(T0 + 1)
+    b.core.worker_message(b"W", Heartbeat("h"), T0 + 1, wall=T0 + 1)
+    b.core.tick(T0 + 1, wall=T0 + 1)
     assert not b.changes()  # heartbeats change no job
     b.reply(b"W", "a", now=T0 + 2)  # a ends; the READY hands b out
     b.ready(b"W", now=T0 + 2)
@@ -932,8 +939,8 @@ def test_take_changes_holds_exactly_the_changed_values() -> None:
         ("a", JobState.SUCCEEDED),
         ("b", JobState.RUNNING),
     ]
-    b.core.client_message(b"C", sched(interval=5, headers=(("nohaste", ""),)), T0)
-    b.core.client_message(b"C", Unschedule("u", "default", (), -1, b"tick", ""), T0)
+    b.core.client_message(b"C", sched(interval=5, headers=(("nohaste", ""),)), T0, wall=T0)
+    b.core.client_message(b"C", Unschedule("u", "default", (), -1, b"tick", ""), T0, wall=T0)
     changes = b.changes()
     assert (changes.jobs, changes.schedules) == ([], [])
     assert len(changes.deleted_schedules) == 1
@@ -956,9 +963,9 @@ def job_in(state: JobState) -> tuple[Broker, str]:
     elif state is JobState.FAILED:
         b.reply(b"W", "j", ERROR)
     elif state is JobState.DEAD:
-        b.core.worker_message(b"W", Kbye("k"), T0)
+        b.core.worker_message(b"W", Kbye("k"), T0, wall=T0)
     elif state is JobState.CANCELLED:
-        assert b.core.cancel("j", T0)
+        assert b.core.cancel("j", T0, wall=T0)
     assert b.state("j") is state
     b.worker(b"W2", slots=0)
     b.out()
@@ -972,18 +979,18 @@ def apply(b: Broker, job_id: str, event: JobEvent) -> None:
     assert job is not None
     worker = job.worker or b"W2"
     if event is JobEvent.DISPATCH:
-        b.core.worker_message(b"W2", Ready("r"), T0 + 1)
+        b.core.worker_message(b"W2", Ready("r"), T0 + 1, wall=T0 + 1)
     elif event is JobEvent.SUCCEED:
-        b.core.worker_message(worker, Reply("r", VALUE, job_id), T0 + 1)
+        b.core.worker_message(worker, Reply("r", VALUE, job_id), T0 + 1, wall=T0 + 1)
     elif event is JobEvent.ERROR:
-        b.core.worker_message(worker, Reply("r", ERROR, job_id), T0 + 1)
+        b.core.worker_message(worker, Reply("r", ERROR, job_id), T0 + 1, wall=T0 + 1)
     elif event is JobEvent.LOST:
-        b.core.worker_message(worker, Kbye("k"), T0 + 1)
+        b.core.worker_message(worker, Kbye("k"), T0 + 1, wall=T0 + 1)
     elif event is JobEvent.CANCEL:
-        b.core.cancel(job_id, T0 + 1)
+        b.core.cancel(job_id, T0 + 1, wall=T0 + 1)
     elif event is JobEvent.RETRY:
         with contextlib.suppress(JobStateError):
-            b.core.retry(job, T0 + 1)
+            b.core.retry(job, T0 + 1, wall=T0 + 1)
 
 
 @pytest.mark.parametrize("state", STATES, ids=str)
@@ -1040,7 +1047,7 @@ def test_a_worker_that_informs_again_keeps_its_jobs_and_restarts_its_slots() -> 
     b.worker(b"W", "q", slots=3)
     b.request(b"C", "j1", queue="q")
     b.out()
-    b.core.worker_message(b"W", Inform("again", (("q", 10), ("r", 5))), T0 + 1)
+    b.core.worker_message(b"W", Inform("again", (("q", 10), ("r", 5))), T0 + 1, wall=T0 + 1)
     assert b.out() == [Outgoing("worker", b"W", Ack("m2", "again"))]
     (w,) = b.core.worker_views()
     assert (w.queues, w.slots_free, w.jobs_running) == (("q", "r"), 0, ("j1",))
@@ -1071,13 +1078,13 @@ class Dialog(RuleBasedStateMachine):
 
     def _inform(self, worker: bytes) -> None:
         cmd = Inform("i", tuple((q, 10) for q in self.WORKERS[worker]))
-        self.b.core.worker_message(worker, cmd, self.now)
+        self.b.core.worker_message(worker, cmd, self.now, wall=self.now)
 
     @initialize()
     def start_workers(self) -> None:
         for worker in self.WORKERS:
             self._inform(worker)
-            self.b.core.worker_message(worker, Ready("r"), self.now)
+            self.b.core.worker_message(worker, Ready("r"), self.now, wall=self.now)
 
     @rule(client=st.sampled_from([b"c1", b"c2", b"c3"]), queue=st.sampled_from(["a", "b"]))
     def request(self, client: bytes, queue: str) -> None:
@@ -1087,7 +1094,7 @@ class Dialog(RuleBasedStateMachine):
 
     @rule(worker=st.sampled_from(sorted(WORKERS)))
     def ready(self, worker: bytes) -> None:
-        self.b.core.worker_message(worker, Ready("r"), self.now)
+        self.b.core.worker_message(worker, Ready("r"), self.now, wall=self.now)
 
     @rule(data=st.data(), error=st.booleans(), then_ready=st.booleans())
     def reply(self, data: st.DataObject, error: bool, then_ready: bool) -> None:
@@ -1096,31 +1103,31 @@ class Dialog(RuleBasedStateMachine):
             worker, job_id = data.draw(st.sampled_from(running))
             assert self.b.reply(worker, job_id, ERROR if error else VALUE, self.now) is None
             if then_ready:
-                self.b.core.worker_message(worker, Ready("r"), self.now)
+                self.b.core.worker_message(worker, Ready("r"), self.now, wall=self.now)
 
     @rule(worker=st.sampled_from(sorted(WORKERS)))
     def leave_and_return(self, worker: bytes) -> None:
-        self.b.core.worker_message(worker, Kbye("k"), self.now)
+        self.b.core.worker_message(worker, Kbye("k"), self.now, wall=self.now)
         self._inform(worker)
-        self.b.core.worker_message(worker, Ready("r"), self.now)
+        self.b.core.worker_message(worker, Ready("r"), self.now, wall=self.now)
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         if self.job_ids:
-            self.b.core.cancel(data.draw(st.sampled_from(self.job_ids)), self.now)
+            self.b.core.cancel(data.draw(st.sampled_from(self.job_ids)), self.now, wall=self.now)
 
     @rule(queue=st.sampled_from(["a", "b"]))
     def purge(self, queue: str) -> None:
-        self.b.core.purge_queue(queue, self.now)
+        self.b.core.purge_queue(queue, self.now, wall=self.now)
 
     @rule(seconds=st.sampled_from([0.25, 0.5, 1.0, 60.0, 200.0]))
     def tick(self, seconds: float) -> None:
         self.now += seconds
-        self.b.core.tick(self.now)
+        self.b.core.tick(self.now, wall=self.now)
         for worker in self.WORKERS:  # back after an expiry, as a jobmanager would be
             if worker not in {w.identity for w in self.b.core.worker_views()}:
                 self._inform(worker)
-                self.b.core.worker_message(worker, Ready("r"), self.now)
+                self.b.core.worker_message(worker, Ready("r"), self.now, wall=self.now)
 
     @invariant()
     def routing_is_consistent(self) -> None:

@@ -80,7 +80,9 @@ def store() -> Iterator[JobStore]:
 
 def _core(jobs: Sequence[Job] = (), schedules: Sequence[Schedule] = ()) -> BrokerCore:
     ids = itertools.count()
-    return BrokerCore(CoreConfig(), jobs, schedules, now=T0, new_id=lambda: f"m{next(ids)}")
+    return BrokerCore(
+        CoreConfig(), jobs, schedules, now=T0, wall=T0, new_id=lambda: f"m{next(ids)}"
+    )
 
 
 def _write(core: BrokerCore, store: JobStore) -> None:
@@ -109,7 +111,7 @@ def test_request_numbers_are_in_range_or_refused_by_name(
 ) -> None:
     core = _core()
     headers: Headers = ((name, text),) if text and "," not in text else ()
-    notice = core.client_message(b"C", Request(f"job-{n}", "default", headers, BODY), T0)
+    notice = core.client_message(b"C", Request(f"job-{n}", "default", headers, BODY), T0, wall=T0)
     job = core.job(f"job-{n}")
     if notice is None:
         assert job is not None
@@ -126,7 +128,9 @@ def test_request_numbers_are_in_range_or_refused_by_name(
 )
 def test_the_issue_retry_counts_are_refused(store: JobStore, value: str) -> None:
     core = _core()
-    notice = core.client_message(b"C", Request("j", "q", (("retry-count", value),), BODY), T0)
+    notice = core.client_message(
+        b"C", Request("j", "q", (("retry-count", value),), BODY), T0, wall=T0
+    )
     assert isinstance(notice, OutOfRange)
     assert notice.startswith("header retry-count: expected a whole number in 0..1000, got")
     assert len(notice) < 200  # a 5,000-digit value is not copied into the message
@@ -141,7 +145,7 @@ def test_the_issue_retry_counts_are_refused(store: JobStore, value: str) -> None
 def test_schedule_intervals_are_in_range_or_refused(store: JobStore, interval: int) -> None:
     core = _core()
     notice = core.client_message(
-        b"C", ScheduleCommand("s", "default", (("nohaste", ""),), interval, BODY, ""), T0
+        b"C", ScheduleCommand("s", "default", (("nohaste", ""),), interval, BODY, ""), T0, wall=T0
     )
     if 1 <= interval <= MAX_INTERVAL:
         assert notice is None and core.schedules()[0].interval == interval
@@ -165,30 +169,36 @@ def test_schedule_headers_and_cron_lines_are_bounded(
 ) -> None:
     core = _core()
     interval = -1 if cron else 60
-    notice = core.client_message(b"C", ScheduleCommand("s", "q", headers, interval, BODY, cron), T0)
+    notice = core.client_message(
+        b"C", ScheduleCommand("s", "q", headers, interval, BODY, cron), T0, wall=T0
+    )
     assert isinstance(notice, OutOfRange) and fragment in notice
     assert core.schedules() == [] and core.counters["rejected_schedules"] == 1
 
 
 def test_identifiers_are_bounded() -> None:
     core = _core()
-    assert isinstance(core.client_message(b"C", Request("j" * 257, "q", (), BODY), T0), OutOfRange)
-    notice = core.client_message(b"C", Request("j", "q" * 257, (), BODY), T0)
+    assert isinstance(
+        core.client_message(b"C", Request("j" * 257, "q", (), BODY), T0, wall=T0), OutOfRange
+    )
+    notice = core.client_message(b"C", Request("j", "q" * 257, (), BODY), T0, wall=T0)
     assert isinstance(notice, OutOfRange) and notice.startswith("queue: expected 1 to 256")
-    assert isinstance(core.client_message(b"C", Request("j", "", (), BODY), T0), OutOfRange)
-    assert core.client_message(b"C", Request("j" * 256, "q" * 256, (), BODY), T0) is None
+    assert isinstance(
+        core.client_message(b"C", Request("j", "", (), BODY), T0, wall=T0), OutOfRange
+    )
+    assert core.client_message(b"C", Request("j" * 256, "q" * 256, (), BODY), T0, wall=T0) is None
 
 
 def test_a_worker_holds_a_bounded_number_of_slots_and_queues() -> None:
     core = _core()
     many = tuple((f"q{i}", 10) for i in range(MAX_WORKER_QUEUES + 1))
-    notice = core.worker_message(b"W", Inform("i", many), T0)
+    notice = core.worker_message(b"W", Inform("i", many), T0, wall=T0)
     assert isinstance(notice, OutOfRange) and notice.startswith("INFORM queues: expected")
     assert core.worker_views() == []
-    assert core.worker_message(b"W", Inform("i", many[:MAX_WORKER_QUEUES]), T0) is None
+    assert core.worker_message(b"W", Inform("i", many[:MAX_WORKER_QUEUES]), T0, wall=T0) is None
     for _ in range(MAX_WORKER_SLOTS):
-        assert core.worker_message(b"W", Ready("r"), T0) is None
-    notice = core.worker_message(b"W", Ready("r"), T0)
+        assert core.worker_message(b"W", Ready("r"), T0, wall=T0) is None
+    notice = core.worker_message(b"W", Ready("r"), T0, wall=T0)
     assert isinstance(notice, OutOfRange) and "READY beyond 1024" in notice
     assert core.worker_views()[0].slots_free == MAX_WORKER_SLOTS
 
@@ -227,7 +237,7 @@ def test_stored_rows_out_of_range_are_repaired_not_fatal(
     if core.counters["repaired_rows"]:
         assert core.repairs and core.repairs[0].startswith("job j: ")
     _write(core, store)  # max_retries 2**63 - 1, plus one: the overflow of the issue
-    core.tick(T0 + MAX_SECONDS + 1)
+    core.tick(T0 + MAX_SECONDS + 1, wall=T0 + MAX_SECONDS + 1)
     _write(core, store)
 
 
@@ -272,7 +282,7 @@ def test_stored_schedules_out_of_range_are_repaired_or_dropped(
         assert schedule.interval == (None if kept == "cron" else kept)
     store.write(changes.jobs, changes.schedules, changes.deleted_schedules)
     for step in range(1, 4):  # an interval of 0 used to divide by zero here
-        core.tick(T0 + step * 3600)
+        core.tick(T0 + step * 3600, wall=T0 + step * 3600)
         _write(core, store)
 
 

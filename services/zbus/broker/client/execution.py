@@ -18,8 +18,10 @@ from typing import Any
 
 from zbus.common.protocols import emqp
 
+__all__ = ["JobLoop", "JobThreads", "RunningJob"]
 
-class _JobThreads:
+
+class JobThreads:
     """A fixed set of daemon threads taking functions from one queue."""
 
     def __init__(self, size: int) -> None:
@@ -43,7 +45,7 @@ class _JobThreads:
             fn()
 
 
-class _JobLoop:
+class JobLoop:
     """The event loop coroutine jobs run on, in its own thread, started on first use."""
 
     def __init__(self) -> None:
@@ -73,7 +75,9 @@ class _JobLoop:
 
 
 @dataclass(frozen=True, slots=True)
-class _Running:
+class RunningJob:
+    """A job handed to a job thread: its id, its call, and when it started."""
+
     job_id: str
     call: emqp.EventmqCall
     started: float  # monotonic

@@ -35,6 +35,12 @@ def current_job_id() -> str | None:
     return job_id
 
 
+def set_current_job_id(job_id: str | None) -> None:
+    """Set what :func:`current_job_id` answers in the calling thread (a job thread sets
+    it before a job and clears it after)."""
+    _current.job_id = job_id
+
+
 # --------------------------------------------------------------------------- built-in jobs
 
 
@@ -64,13 +70,16 @@ BUILTIN_JOBS: Final[dict[str, JobFunction]] = {
 }
 
 
-def _error_body(kind: str, message: str) -> bytes:
+def error_body(kind: str, message: str) -> bytes:
+    """The REPLY body of a failed job: zbus's ``{"error": ...}`` object, the message cut
+    to 4,000 characters."""
     if len(message) > _MESSAGE_LIMIT:
         message = message[:_MESSAGE_LIMIT] + "..."
     return json.dumps({"error": {"type": kind, "message": message}}).encode()
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """``str(exc)``, or the exception's type when its ``__str__`` fails."""
     try:
         return str(exc)
     except Exception:  # a broken __str__ must not turn one failure into two

@@ -51,17 +51,17 @@ import zmq
 import zmq.asyncio
 
 from zbus.broker.client.base import NO_PATH, check_worker
-from zbus.broker.client.execution import _JobLoop, _JobThreads, _Running
+from zbus.broker.client.execution import JobLoop, JobThreads, RunningJob
 from zbus.broker.client.jobs import (
     BUILTIN_JOBS,
     AfterJob,
     BeforeJob,
     JobFunction,
     Outcome,
-    _current,
-    _describe,
-    _error_body,
     current_job_id,
+    describe,
+    error_body,
+    set_current_job_id,
 )
 from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.protocols import emqp
@@ -160,11 +160,11 @@ class Worker:
         }
         self._ctx = context or zmq.asyncio.Context.instance()
         self._jobs: dict[str, JobFunction] = {}
-        self._running: dict[int, _Running] = {}
+        self._running: dict[int, RunningJob] = {}
         self._backlog: collections.deque[emqp.Request] = collections.deque()
         self._seq = itertools.count()
-        self._job_loop = _JobLoop()
-        self._threads: _JobThreads | None = None
+        self._job_loop = JobLoop()
+        self._threads: JobThreads | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
@@ -260,7 +260,7 @@ class Worker:
         if self._stop_requested:
             self._stop.set()
         self._idle = asyncio.Event()
-        threads = self._threads = _JobThreads(self.concurrency)
+        threads = self._threads = JobThreads(self.concurrency)
         self._connect()
         io = asyncio.create_task(self._io(), name="zbus-worker-io")
         stopping = asyncio.create_task(self._stop.wait())
@@ -403,12 +403,12 @@ class Worker:
         try:
             call = emqp.parse_call_body(request.body)
         except FrameValueError as exc:
-            self._answer(request.msgid, _error_body("BadRequest", str(exc)))
+            self._answer(request.msgid, error_body("BadRequest", str(exc)))
             self._count(request.msgid, None, "failed", 0.0)
             self._slot_freed()
             return
         key = next(self._seq)
-        self._running[key] = _Running(request.msgid, call, self.clock.monotonic())
+        self._running[key] = RunningJob(request.msgid, call, self.clock.monotonic())
         for hook in self.before_job:
             try:
                 hook(request.msgid, call)
@@ -420,7 +420,7 @@ class Worker:
     def _work(self, key: int, call: emqp.EventmqCall, job_id: str) -> None:
         """In a job thread: run the call, then hand the answer to the worker's loop."""
         started = self.clock.monotonic()
-        _current.job_id = job_id
+        set_current_job_id(job_id)
         try:
             value = self._resolve(call)(*call.args, **call.kwargs)
             if inspect.isawaitable(value):
@@ -432,9 +432,9 @@ class Worker:
             outcome: Outcome = "succeeded"
         except BaseException as exc:  # a job never takes the worker down, whatever it raises
             log.info("job failed", exc_info=True, extra={"callable": call.callable})
-            body = _error_body(type(exc).__name__, _describe(exc))
+            body = error_body(type(exc).__name__, describe(exc))
             outcome = "failed"
-        _current.job_id = None
+        set_current_job_id(None)
         seconds = self.clock.monotonic() - started
         loop = self._loop
         if loop is not None:

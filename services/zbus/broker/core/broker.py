@@ -8,6 +8,18 @@ store. Jobs live in :mod:`zbus.broker.core.jobs`, their rules in
 :mod:`zbus.broker.core.lifecycle`, schedules in :mod:`zbus.broker.core.schedules`; this
 module is the eMQP dialog, peer liveness, schedules and the admin operations.
 
+Every input carries two times. ``now`` is monotonic: peer liveness, the heartbeat
+schedule, job timeouts, retry backoffs and how long finished jobs are remembered are
+intervals and run on it alone, so a step of the wall clock (an hour either way, by an
+operator or NTP) expires no worker and times out or retries no job early or late.
+``wall`` is wall time, for what is stored and shown (a job's ``created``, ``updated``,
+``started`` and ``not_before``, a worker's last heartbeat in the admin API), for the
+time eventmq's heartbeats carry, and for calendar times: a cron line, an interval
+schedule's stored next run and a ``delay`` name a time of day, and fire when the wall
+clock reaches it, sooner when it is set forward. :meth:`BrokerCore.next_deadline` is
+monotonic; it converts those wall times with the offset between the two clocks at the
+last :meth:`BrokerCore.tick`.
+
 Peers on the two ROUTER sockets:
 
 - clients (client port) send REQUEST, SCHEDULE, UNSCHEDULE; they get ACK once a job (or
@@ -25,7 +37,6 @@ Peers on the two ROUTER sockets:
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import uuid
 from collections.abc import Callable, Sequence
@@ -59,6 +70,7 @@ from zbus.broker.core.limits import (
     check_identifier,
     check_schedule,
 )
+from zbus.broker.core.liveness import Liveness
 from zbus.broker.core.model import TERMINAL, Headers, Job, JobState
 from zbus.broker.core.model import Schedule as StoredSchedule
 from zbus.broker.core.repair import repair_job, repair_stored
@@ -89,8 +101,6 @@ __all__ = [
     "WorkerView",
 ]
 
-Peer = WorkerState | SchedulerPeer
-
 
 def _id_source() -> Callable[[], str]:
     """Message ids and scheduled job ids: a random uuid4-shaped prefix and a counter.
@@ -114,7 +124,8 @@ class BrokerCore:
             "broker restarted", terminal ones answer duplicate REQUESTs until
             ``config.finished_ttl`` after they ended.
         schedules: the store's schedules.
-        now: wall time of the start.
+        now: monotonic time of the start.
+        wall: wall time of the start.
         new_id: source of message ids and of the ids of jobs fired by schedules.
 
     The rebuild itself changes jobs (running ones are requeued or dead) and may answer
@@ -129,6 +140,7 @@ class BrokerCore:
         schedules: Sequence[StoredSchedule] = (),
         *,
         now: float,
+        wall: float,
         new_id: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
@@ -141,18 +153,16 @@ class BrokerCore:
         self._book = ScheduleBook(config.cron_tz)
         self._dirty_schedules: dict[str, StoredSchedule] = {}
         self._deleted_schedules: dict[str, None] = {}
-        self._seq = itertools.count()
-        self._expiries: list[tuple[float, int, Peer]] = []
-        self._expiry = config.heartbeat_interval * config.heartbeat_misses
-        self._next_heartbeat = now + config.heartbeat_interval
+        self._liveness = Liveness(config, self._workers, self._peers, now)
         self._eventmq = config.compat == "eventmq"
+        self._wall_offset = wall - now  # wall minus monotonic, at the last tick
 
         # Rows out of range (written before the checks) are repaired, never refused.
-        jobs, schedules, repairs = repair_stored(jobs, schedules, now, self._book)
+        jobs, schedules, repairs = repair_stored(jobs, schedules, wall, self._book)
         #: What the rebuild repaired or dropped in the stored rows, one line each.
         self.repairs = repairs.notes
         self.counters["repaired_rows"] = len(repairs.notes)
-        self._table.rebuild(jobs, repairs.jobs, now)
+        self._table.rebuild(jobs, repairs.jobs, now, wall)
         for schedule in schedules:
             self._book.put(schedule)
             if schedule.id in repairs.schedules:
@@ -177,15 +187,20 @@ class BrokerCore:
         return changes
 
     def next_deadline(self) -> float | None:
-        """When :meth:`tick` next has something to do; ``None`` when nothing is pending."""
+        """When (monotonic) :meth:`tick` next has something to do; ``None`` when nothing
+        is pending. A calendar time is converted with the clocks' offset at the last
+        tick: were the wall clock stepped since, the next tick finds it out."""
+        table, offset = self._table, self._wall_offset
+        delay, run = table.next_delay(), self._book.next_deadline()
         candidates = [
-            self._next_expiry(),
-            self._table.next_timeout(),
-            self._table.next_release(),
-            self._book.next_deadline(),
+            self._liveness.next_expiry(),
+            table.next_timeout(),
+            table.next_backoff(),
+            None if delay is None else delay - offset,
+            None if run is None else run - offset,
         ]
         if self._workers or self._peers:
-            candidates.append(self._next_heartbeat)
+            candidates.append(self._liveness.next_heartbeat)
         return min((c for c in candidates if c is not None), default=None)
 
     def _send(self, side: Side, identity: bytes, command: EmqpCommand) -> None:
@@ -203,8 +218,10 @@ class BrokerCore:
 
     # ================================================================== client port
 
-    def client_message(self, identity: bytes, cmd: EmqpCommand, now: float) -> str | None:
-        """Handle a command from the client port.
+    def client_message(
+        self, identity: bytes, cmd: EmqpCommand, now: float, *, wall: float
+    ) -> str | None:
+        """Handle a command from the client port at ``now`` (monotonic) and ``wall``.
 
         Returns:
             ``None`` when handled; otherwise why it was refused or dropped, for a log
@@ -214,9 +231,9 @@ class BrokerCore:
         if peer is not None and peer.side == "client":
             peer.last_seen = now
         if isinstance(cmd, Request):
-            return self._on_request("client", identity, cmd, now)
+            return self._on_request("client", identity, cmd, now, wall)
         if isinstance(cmd, Schedule | Unschedule):
-            return self._on_schedule("client", identity, cmd, now)
+            return self._on_schedule("client", identity, cmd, now, wall)
         if isinstance(cmd, Inform):
             if cmd.worker_type == "scheduler" or not cmd.queues:
                 return self._add_peer("client", identity, cmd, now)
@@ -229,7 +246,9 @@ class BrokerCore:
             return None
         return self._unexpected("client", cmd.COMMAND)
 
-    def _on_request(self, side: Side, identity: bytes, cmd: Request, now: float) -> str | None:
+    def _on_request(
+        self, side: Side, identity: bytes, cmd: Request, now: float, wall: float
+    ) -> str | None:
         table = self._table
         quiet = identity in self._peers
         existing = table.get(cmd.msgid)
@@ -243,11 +262,11 @@ class BrokerCore:
                 self._send(side, identity, Reply(self._new_id(), result, cmd.msgid))
                 return None
             if existing.client != identity:  # results go to its last known identity
-                table.store(replace(existing, client=identity))
+                table.store(replace(existing, client=identity), now)
             self._send(side, identity, Ack(self._new_id(), cmd.msgid))
             return None
         try:
-            job = table.create(cmd.msgid, cmd.queue, cmd.headers, cmd.body, identity, now)
+            job = table.create(cmd.msgid, cmd.queue, cmd.headers, cmd.body, identity, now, wall)
         except (QueueFullError, RangeError) as exc:
             self.counters["rejected_requests"] += 1
             if not quiet:
@@ -257,13 +276,13 @@ class BrokerCore:
         self.counters["requests"] += 1
         if not quiet:
             self._send(side, identity, Ack(self._new_id(), cmd.msgid))
-        table.enqueue(job, now)
+        table.enqueue(job, now, wall)
         return None
 
     # ================================================================== schedules
 
     def _on_schedule(
-        self, side: Side, identity: bytes, cmd: Schedule | Unschedule, now: float
+        self, side: Side, identity: bytes, cmd: Schedule | Unschedule, now: float, wall: float
     ) -> str | None:
         quiet = identity in self._peers
         sid = schedule_id(cmd.queue, cmd.body)
@@ -274,7 +293,7 @@ class BrokerCore:
             for each in found:
                 self._delete_schedule(each)
         else:
-            refused = self._add_schedule(sid, cmd, now)
+            refused = self._add_schedule(sid, cmd, now, wall)
             if refused is not None:
                 self.counters["rejected_schedules"] += 1
                 if not quiet:
@@ -285,8 +304,11 @@ class BrokerCore:
             self._send(side, identity, Ack(self._new_id(), cmd.msgid))
         return None
 
-    def _add_schedule(self, sid: str, cmd: Schedule, now: float) -> str | None:
-        """Store (or replace) a schedule; returns why it was refused, if it was."""
+    def _add_schedule(self, sid: str, cmd: Schedule, now: float, wall: float) -> str | None:
+        """Store (or replace) a schedule; returns why it was refused, if it was.
+
+        Its runs are calendar times (wall time), stored as such.
+        """
         interval = None if cmd.interval == -1 else float(cmd.interval)
         cron = cmd.cron if interval is None else None
         try:
@@ -294,21 +316,21 @@ class BrokerCore:
             check_identifier("queue", cmd.queue, MAX_QUEUE_CHARS)
             job_options(cmd.headers, self.config.default_retries)  # refuse now, not per run
             count = run_count(cmd.headers)
-            first = self._book.first_run(interval, cron, now)
+            first = self._book.first_run(interval, cron, wall)
         except ValueError as exc:  # RangeError (HeaderError), CronError
             return self._refusal(exc)
         if count is not None and count <= 0:
             self._delete_schedule(sid)  # eventmq drops a schedule with no run left
             return None
         old = self._book.schedules.get(sid)
-        created = old.created if old is not None else now
+        created = old.created if old is not None else wall
         schedule = StoredSchedule(
             sid, cmd.queue, cmd.headers, cmd.body, interval, cron, first, created
         )
         kept: StoredSchedule | None = schedule
         # eventmq's scheduler runs a new schedule at once unless it has `nohaste`.
         if not has_header(cmd.headers, "nohaste"):
-            self._fire(schedule, now)
+            self._fire(schedule, now, wall)
             kept = self._book.spend_run(schedule)
         if kept is None:
             self._delete_schedule(sid)
@@ -326,21 +348,23 @@ class BrokerCore:
         self._dirty_schedules.pop(sid, None)
         self._deleted_schedules[sid] = None
 
-    def _fire(self, schedule: StoredSchedule, now: float) -> None:
+    def _fire(self, schedule: StoredSchedule, now: float, wall: float) -> None:
         table = self._table
         try:
             s = schedule
-            job = table.create(self._new_id(), s.queue, s.headers, s.body, None, now, s.id)
+            job = table.create(self._new_id(), s.queue, s.headers, s.body, None, now, wall, s.id)
         except (QueueFullError, RangeError):  # a RangeError only from a hand-made row
             self.counters["schedule_runs_skipped"] += 1
             return
         self.counters["schedule_runs"] += 1
-        table.enqueue(job, now)
+        table.enqueue(job, now, wall)
 
     # ================================================================== worker port
 
-    def worker_message(self, identity: bytes, cmd: EmqpCommand, now: float) -> str | None:
-        """Handle a command from the worker port.
+    def worker_message(
+        self, identity: bytes, cmd: EmqpCommand, now: float, *, wall: float
+    ) -> str | None:
+        """Handle a command from the worker port at ``now`` (monotonic) and ``wall``.
 
         Returns:
             ``None`` when handled; otherwise why it was refused or dropped.
@@ -349,24 +373,24 @@ class BrokerCore:
         if worker is not None:
             worker.last_seen = now  # any command counts as a heartbeat (spec)
             if isinstance(cmd, Ready):
-                return self._table.ready(worker, now)
+                return self._table.ready(worker, now, wall)
             if isinstance(cmd, Reply):
-                return self._table.reply(worker, cmd, now)
+                return self._table.reply(worker, cmd, now, wall)
             if isinstance(cmd, Heartbeat):
                 return None
             if isinstance(cmd, Inform):
-                return self._on_inform(identity, cmd, now)
+                return self._on_inform(identity, cmd, now, wall)
             if isinstance(cmd, Disconnect | Kbye):
                 self.counters["workers_left"] += 1
-                self._table.drop_worker(identity, "worker disconnected", now)
+                self._table.drop_worker(identity, "worker disconnected", now, wall)
                 return None
             return self._unexpected("worker", cmd.COMMAND)
         peer = self._peers.get(identity)
         if peer is not None and peer.side == "worker":
             peer.last_seen = now
-            return self._peer_command(peer, cmd, now)
+            return self._peer_command(peer, cmd, now, wall)
         if isinstance(cmd, Inform):
-            return self._on_inform(identity, cmd, now)
+            return self._on_inform(identity, cmd, now, wall)
         if isinstance(cmd, Disconnect | Kbye):
             return None  # leaving anyway
         self.counters["uninformed_workers"] += 1
@@ -378,23 +402,25 @@ class BrokerCore:
             self._send("worker", identity, Disconnect(self._new_id()))
         return f"{cmd.COMMAND} from a worker that never sent INFORM: dropped"
 
-    def _peer_command(self, peer: SchedulerPeer, cmd: EmqpCommand, now: float) -> str | None:
+    def _peer_command(
+        self, peer: SchedulerPeer, cmd: EmqpCommand, now: float, wall: float
+    ) -> str | None:
         if isinstance(cmd, Request):
-            return self._on_request(peer.side, peer.identity, cmd, now)
+            return self._on_request(peer.side, peer.identity, cmd, now, wall)
         if isinstance(cmd, Schedule | Unschedule):
-            return self._on_schedule(peer.side, peer.identity, cmd, now)
+            return self._on_schedule(peer.side, peer.identity, cmd, now, wall)
         if isinstance(cmd, Heartbeat):
             return None
         if isinstance(cmd, Inform):
-            return self._on_inform(peer.identity, cmd, now)
+            return self._on_inform(peer.identity, cmd, now, wall)
         if isinstance(cmd, Disconnect | Kbye):
             del self._peers[peer.identity]
             return None
         return self._unexpected("scheduler", cmd.COMMAND)
 
-    def _on_inform(self, identity: bytes, cmd: Inform, now: float) -> str | None:
+    def _on_inform(self, identity: bytes, cmd: Inform, now: float, wall: float) -> str | None:
         if cmd.worker_type == "scheduler" or not cmd.queues:
-            self._table.drop_worker(identity, "worker disconnected", now)
+            self._table.drop_worker(identity, "worker disconnected", now, wall)
             return self._add_peer("worker", identity, cmd, now)
         try:
             check_count("INFORM queues", len(cmd.queues), 1, MAX_WORKER_QUEUES)
@@ -403,85 +429,56 @@ class BrokerCore:
         except RangeError as exc:  # nothing changes: a known worker keeps what it had
             return self._refusal(exc)
         self._peers.pop(identity, None)
-        self._start_heartbeats(now)
+        self._liveness.start(now)
         known = identity in self._workers
         # A known worker that INFORMs again keeps its running jobs; its slots restart
         # from its next READYs.
         worker = self._table.router.add_worker(identity, cmd.queues, now)
         if not known:
-            self._watch(worker, now)
+            self._liveness.watch(worker, now)
         self._send("worker", identity, Ack(self._new_id(), cmd.msgid))
         return None
 
     def _add_peer(self, side: Side, identity: bytes, cmd: Inform, now: float) -> str | None:
-        self._start_heartbeats(now)
+        self._liveness.start(now)
         peer = SchedulerPeer(identity, side, now)
         self._peers[identity] = peer
-        self._watch(peer, now)
+        self._liveness.watch(peer, now)
         self._send(side, identity, Ack(self._new_id(), cmd.msgid))
         return None
 
-    def _start_heartbeats(self, now: float) -> None:
-        if not self._workers and not self._peers:
-            self._next_heartbeat = now + self.config.heartbeat_interval
-
     # ================================================================== time
 
-    def tick(self, now: float) -> None:
-        """Do what is due at ``now``: expiries, timeouts, retries, schedules, heartbeats."""
+    def tick(self, now: float, *, wall: float) -> None:
+        """Do what is due at ``now`` (monotonic: expiries, timeouts, retries, heartbeats)
+        and at ``wall`` (calendar times: delayed jobs and schedules)."""
         table = self._table
-        self._expire_peers(now)
-        table.expire_timeouts(now)
-        table.release_waiting(now)
-        for schedule in self._book.pop_due(now):
-            self._fire(schedule, now)
-            following = self._book.advance(schedule, now)
+        self._wall_offset = wall - now
+        self._expire_peers(now, wall)
+        table.expire_timeouts(now, wall)
+        table.release_waiting(now, wall)
+        for schedule in self._book.pop_due(wall):
+            self._fire(schedule, now, wall)
+            following = self._book.advance(schedule, wall)
             if following is None:
                 self._delete_schedule(schedule.id)
             else:
                 self._put_schedule(following)
-        if now >= self._next_heartbeat:
-            self._next_heartbeat = now + self.config.heartbeat_interval
-            stamp = str(now) if self._eventmq else None  # eventmq sends its time.time()
+        if self._liveness.heartbeat_due(now):
+            stamp = str(wall) if self._eventmq else None  # eventmq sends its time.time()
             for identity in self._workers:
                 self._send("worker", identity, Heartbeat(self._new_id(), stamp))
             for peer in self._peers.values():
                 self._send(peer.side, peer.identity, Heartbeat(self._new_id(), stamp))
         table.evict_finished(now)
 
-    def _watch(self, peer: Peer, now: float) -> None:
-        heapq.heappush(self._expiries, (now + self._expiry, next(self._seq), peer))
-
-    def _current(self, peer: Peer) -> bool:
-        if isinstance(peer, WorkerState):
-            return self._workers.get(peer.identity) is peer
-        return self._peers.get(peer.identity) is peer
-
-    def _next_expiry(self) -> float | None:
-        """The earliest peer expiry; stale entries are dropped, renewed ones moved.
-
-        One entry per live peer, re-queued only when reached, so a peer that talks all
-        the time costs a heap operation per expiry period, not per message.
-        """
-        heap = self._expiries
-        while heap:
-            deadline, _, peer = heap[0]
-            if not self._current(peer):
-                heapq.heappop(heap)
-            elif peer.last_seen + self._expiry > deadline:
-                heapq.heapreplace(heap, (peer.last_seen + self._expiry, next(self._seq), peer))
-            else:
-                return deadline
-        return None
-
-    def _expire_peers(self, now: float) -> None:
+    def _expire_peers(self, now: float, wall: float) -> None:
         # Silent for interval x misses: the spec's "disconnected" (zguide's mdbroker).
-        while (deadline := self._next_expiry()) is not None and deadline <= now:
-            _, _, peer = heapq.heappop(self._expiries)
+        for peer in self._liveness.expired(now):
             if isinstance(peer, WorkerState):
                 self.counters["workers_expired"] += 1
-                reason = f"worker lost: no message for {self._expiry:g}s"
-                self._table.drop_worker(peer.identity, reason, now)
+                reason = f"worker lost: no message for {self._liveness.expiry:g}s"
+                self._table.drop_worker(peer.identity, reason, now, wall)
             else:
                 del self._peers[peer.identity]
 
@@ -491,8 +488,10 @@ class BrokerCore:
         """An unfinished job, or a finished one still in memory; ``None`` otherwise."""
         return self._table.get(job_id)
 
-    def submit(self, job_id: str, queue: str, headers: Headers, body: bytes, now: float) -> Job:
-        """Submit a job from the admin API (no client to answer).
+    def submit(
+        self, job_id: str, queue: str, headers: Headers, body: bytes, now: float, *, wall: float
+    ) -> Job:
+        """Submit a job from the admin API (no client to answer) at ``now`` and ``wall``.
 
         Returns:
             the job: new, or the one already known under ``job_id`` (nothing runs twice).
@@ -505,30 +504,30 @@ class BrokerCore:
         if existing is not None:
             self.counters["duplicate_requests"] += 1
             return existing
-        job = self._table.create(job_id, queue, headers, body, None, now)
+        job = self._table.create(job_id, queue, headers, body, None, now, wall)
         self.counters["requests"] += 1
-        self._table.enqueue(job, now)
+        self._table.enqueue(job, now, wall)
         return self._table.get(job_id) or job
 
-    def cancel(self, job_id: str, now: float) -> bool:
+    def cancel(self, job_id: str, now: float, *, wall: float) -> bool:
         """Cancel a queued job (waiting for a worker, a delay or a retry).
 
         Returns:
             False when the job is unknown, running or finished.
         """
         job = self._table.jobs.get(job_id)
-        return job is not None and self._table.cancel(job, "cancelled", now)
+        return job is not None and self._table.cancel(job, "cancelled", now, wall)
 
-    def purge_queue(self, queue: str, now: float) -> int:
+    def purge_queue(self, queue: str, now: float, *, wall: float) -> int:
         """Cancel every queued job of ``queue``; running ones finish. Returns the count."""
         queued = [
             j for j in self._table.jobs.values() if j.queue == queue and j.state is JobState.QUEUED
         ]
         for job in queued:
-            self._table.cancel(job, "cancelled: queue purged", now)
+            self._table.cancel(job, "cancelled: queue purged", now, wall)
         return len(queued)
 
-    def retry(self, job: Job, now: float) -> Job:
+    def retry(self, job: Job, now: float, *, wall: float) -> Job:
         """Run again a job zbus gave up on (``dead`` or ``failed``), as read from the store.
 
         It starts over with its full retry count; its client still gets the result.
@@ -543,12 +542,13 @@ class BrokerCore:
             raise JobStateError(job.id, known.state.value, "retry")
         if len(table.jobs) >= self.config.max_queued:
             raise QueueFullError(self.config.max_queued)
-        table.finished.pop(job.id, None)
-        # Repaired first: the stored row may be from before the range checks.
-        again = queued_anew(repair_job(known, now)[0], now)
-        table.store(again)
+        table.forget(job.id)
+        # Repaired first: the stored row may be from before the range checks. Its times
+        # are stored and shown: wall time.
+        again = queued_anew(repair_job(known, wall)[0], wall)
+        table.store(again, now)
         self.counters["requests"] += 1
-        table.enqueue(again, now)
+        table.enqueue(again, now, wall)
         return table.get(job.id) or again
 
     def schedules(self) -> list[StoredSchedule]:
@@ -577,7 +577,8 @@ class BrokerCore:
                 identity=w.identity,
                 queues=tuple(q.name for q in w.queues),
                 slots_free=len(w.tokens),
-                last_heartbeat=w.last_seen,
+                # Shown as a wall time: its monotonic time moved by the clocks' offset.
+                last_heartbeat=w.last_seen + self._wall_offset,
                 jobs_running=tuple(w.running),
             )
             for w in sorted(self._workers.values(), key=lambda w: w.identity)

@@ -4,6 +4,17 @@ Part of the sans-I/O core (ADR 0003 decision 1): :class:`JobTable` holds every
 unfinished job, moves it through the table of :mod:`zbus.broker.core.lifecycle`, records
 each new value for the store and queues each message for the wiring to send.
 :class:`zbus.broker.core.broker.BrokerCore` drives it from the eMQP dialog.
+
+Two times come with every input: ``now``, monotonic, for what is an interval (a job's
+timeout, a retry's backoff, how long a finished job is remembered), and ``wall``, for
+what is stored and shown (``created``, ``updated``, ``started``, ``not_before``) and for
+a ``delay``. A delayed job is due at a wall time: ``delay:S`` asks to run the job at
+the calendar time S seconds after it was sent, it is stored as that time and survives a
+restart as that time, so a wall clock set forward makes it due sooner, as it does a
+cron line. A retry waits out its backoff on the monotonic clock, so no step of the wall
+clock makes a job time out or retry early or late; its ``not_before`` is still stored in
+wall time, and a restarted broker converts what is left of the wait (see
+:meth:`JobTable.enqueue`).
 """
 
 from __future__ import annotations
@@ -69,8 +80,12 @@ class JobTable:
         self.outbox: list[Outgoing] = []
         self.dirty: dict[str, Job] = {}
         self._seq = itertools.count()
-        self._delays: list[tuple[float, int, str]] = []  # (not_before, seq, job id)
-        self._timeouts: list[tuple[float, int, str, int]] = []  # (+ attempt number)
+        # Waiting jobs: (when, seq, job id, the job's not_before it is for); ``when`` is
+        # the not_before itself (wall time) for a delay, monotonic for a retry backoff.
+        self._delays: list[tuple[float, int, str, float]] = []
+        self._backoffs: list[tuple[float, int, str, float]] = []
+        self._timeouts: list[tuple[float, int, str, int]] = []  # monotonic (+ attempt)
+        self._ended: dict[str, float] = {}  # finished job id -> monotonic time it ended
         self._handoff = config.compat == "eventmq"
 
     # ------------------------------------------------------------------ messages
@@ -89,29 +104,40 @@ class JobTable:
         """An unfinished job, or a finished one still remembered."""
         return self.jobs.get(job_id) or self.finished.get(job_id)
 
-    def store(self, job: Job) -> None:
-        """Record ``job`` as the job's new value (held in memory and marked for the store)."""
+    def store(self, job: Job, now: float) -> None:
+        """Record ``job`` as the job's new value (held in memory and marked for the store);
+        a finished one is remembered from ``now`` (monotonic)."""
         self.dirty[job.id] = job
         if job.state in TERMINAL:
             self.jobs.pop(job.id, None)
-            self.remember(job, job.updated)
+            self.remember(job, now)
             q = self.router.queues.get(job.queue)
             if q is not None:
                 self.router.drop_if_idle(q)
         else:
             self.jobs[job.id] = job
 
-    def remember(self, job: Job, now: float) -> None:
+    def remember(self, job: Job, ended: float) -> None:
+        """Keep a finished job that ended at ``ended`` (monotonic) for ``finished_ttl``.
+
+        On the monotonic clock: a wall clock set forward must not forget a job early,
+        or a duplicate REQUEST would run it again.
+        """
         self.finished[job.id] = job
         self.finished.move_to_end(job.id)
-        self.evict_finished(now)
+        self._ended[job.id] = ended
+        self.evict_finished(ended)
+
+    def forget(self, job_id: str) -> None:
+        """Stop remembering a finished job (an admin retry runs it again)."""
+        self.finished.pop(job_id, None)
+        self._ended.pop(job_id, None)
 
     def evict_finished(self, now: float) -> None:
-        finished, ttl, most = self.finished, self.config.finished_ttl, self.config.max_finished
-        while finished and (
-            len(finished) > most or next(iter(finished.values())).updated + ttl <= now
-        ):
-            finished.popitem(last=False)
+        finished, ended = self.finished, self._ended
+        ttl, most = self.config.finished_ttl, self.config.max_finished
+        while finished and (len(finished) > most or ended[next(iter(finished))] + ttl <= now):
+            del ended[finished.popitem(last=False)[0]]
 
     def create(
         self,
@@ -121,6 +147,7 @@ class JobTable:
         body: bytes,
         client: bytes | None,
         now: float,
+        wall: float,
         schedule: str | None = None,
     ) -> Job:
         """Store a new queued job; route it with :meth:`enqueue`.
@@ -145,50 +172,70 @@ class JobTable:
             attempts=0,
             max_retries=options.max_retries,
             timeout=options.timeout,
-            not_before=now + options.delay,
-            created=now,
-            updated=now,
+            not_before=wall + options.delay,
+            created=wall,
+            updated=wall,
             schedule_id=schedule,
         )
-        self.store(job)
+        self.store(job, now)
         return job
 
-    def rebuild(self, jobs: Iterable[Job], repaired: Collection[str], now: float) -> None:
+    def rebuild(
+        self, jobs: Iterable[Job], repaired: Collection[str], now: float, wall: float
+    ) -> None:
         """Take the store's jobs at start (ADR 0003 decision 2): queued jobs are queued
         again, running ones :meth:`restarted`, terminal ones remembered; the ids in
-        ``repaired`` (values the rebuild repaired) are written back."""
+        ``repaired`` (values the rebuild repaired) are written back.
+
+        A finished job is remembered for what is left of ``finished_ttl`` after its
+        stored (wall) end, none of it in the future.
+        """
         for job in sorted(jobs, key=lambda j: j.updated if j.state in TERMINAL else j.created):
             if job.id in repaired:
                 self.dirty[job.id] = job
             if job.state in TERMINAL:
-                self.remember(job, now)
+                self.remember(job, now - max(0.0, wall - job.updated))
             elif job.state is RUNNING:
-                self.restarted(job, now)
+                self.restarted(job, now, wall)
             else:
                 self.jobs[job.id] = job
-                self.enqueue(job, now)
+                self.enqueue(job, now, wall)
 
     # ------------------------------------------------------------------ routing
 
-    def enqueue(self, job: Job, now: float) -> None:
-        """Route a queued job: wait for its not_before, or offer it to a worker now."""
+    def enqueue(self, job: Job, now: float, wall: float) -> None:
+        """Route a queued job: wait for its not_before, or offer it to a worker now.
+
+        A job that never ran waits for a ``delay``: until its not_before on the wall
+        clock. One that ran waits out a retry backoff: what is left of it, on the
+        monotonic clock. That is the whole wait when the job was just retried, and the
+        rest of it when a restarted broker loads the job from the store, at most
+        ``backoff_max``, so a wall clock set back while the broker was down cannot hold
+        a retry longer than any backoff.
+        """
         q = self.router.queue(job.queue)
-        if job.not_before > now:
+        if job.not_before > wall:
             q.waiting.add(job.id)
-            heapq.heappush(self._delays, (job.not_before, next(self._seq), job.id))
+            if job.attempts:
+                wait = min(job.not_before - wall, self.config.backoff_max)
+                entry = (now + wait, next(self._seq), job.id, job.not_before)
+                heapq.heappush(self._backoffs, entry)
+            else:
+                entry = (job.not_before, next(self._seq), job.id, job.not_before)
+                heapq.heappush(self._delays, entry)
         else:
             self.router.push_ready(q, job.client, job.id)
-            self._pump(q, now)
+            self._pump(q, now, wall)
 
-    def _pump(self, q: QueueState, now: float) -> None:
+    def _pump(self, q: QueueState, now: float, wall: float) -> None:
         router = self.router
         while q.ready and router.has_slot(q):
             job_id = router.pop_ready(q)
             if job_id is None:
                 break
-            self._dispatch(self.jobs[job_id], router.take_slot(q), q, now)
+            self._dispatch(self.jobs[job_id], router.take_slot(q), q, now, wall)
 
-    def ready(self, worker: WorkerState, now: float) -> OutOfRange | None:
+    def ready(self, worker: WorkerState, now: float, wall: float) -> OutOfRange | None:
         """A READY: the oldest ready job of the worker's highest-priority queue that has
         one (eventmq's router), or else a slot that waits, least recently used first.
         A worker holds at most MAX_WORKER_SLOTS unused slots; a READY beyond is dropped."""
@@ -196,7 +243,7 @@ class JobTable:
             if q.ready:
                 job_id = self.router.pop_ready(q)
                 if job_id is not None:
-                    self._dispatch(self.jobs[job_id], worker, q, now)
+                    self._dispatch(self.jobs[job_id], worker, q, now, wall)
                     return None
         if len(worker.tokens) >= MAX_WORKER_SLOTS:
             self.counters["out_of_range"] += 1
@@ -204,9 +251,11 @@ class JobTable:
         self.router.add_slot(worker)
         return None
 
-    def _dispatch(self, job: Job, worker: WorkerState, q: QueueState, now: float) -> None:
-        running = dispatched(job, worker.identity, now)
-        self.store(running)
+    def _dispatch(
+        self, job: Job, worker: WorkerState, q: QueueState, now: float, wall: float
+    ) -> None:
+        running = dispatched(job, worker.identity, wall)
+        self.store(running, now)
         q.running += 1
         worker.running[job.id] = None
         self.counters["dispatched"] += 1
@@ -232,7 +281,7 @@ class JobTable:
 
     # ------------------------------------------------------------------ endings
 
-    def reply(self, worker: WorkerState, cmd: Reply, now: float) -> str | None:
+    def reply(self, worker: WorkerState, cmd: Reply, now: float, wall: float) -> str | None:
         """A worker's REPLY: the job succeeds, or fails if the body is an error object."""
         job_id = cmd.request_id
         if job_id is None:
@@ -255,14 +304,16 @@ class JobTable:
         self._detach(job)
         error = worker_error(cmd.body)
         if error is None:
-            self.store(settled(job, JobState.SUCCEEDED, now, result=cmd.body))
+            self.store(settled(job, JobState.SUCCEEDED, wall, result=cmd.body), now)
             self.counters["succeeded"] += 1
             self.answer(job.client, Reply(self.new_id(), cmd.body, job.id))
         else:
-            self._fail(job, JobEvent.ERROR, error[0], error[1], now)
+            self._fail(job, JobEvent.ERROR, error[0], error[1], now, wall)
         return None
 
-    def _fail(self, job: Job, event: JobEvent, kind: str, message: str, now: float) -> None:
+    def _fail(
+        self, job: Job, event: JobEvent, kind: str, message: str, now: float, wall: float
+    ) -> None:
         """End a failed attempt: retry after the backoff, or give up (ADR 0003 dec. 5).
 
         ``event`` is ERROR (the worker reported ``kind: message``) or LOST (``message``
@@ -272,18 +323,18 @@ class JobTable:
         reason = f"{kind}: {message}" if event is JobEvent.ERROR else message
         if state is QUEUED:
             wait = backoff(job.attempts, self.config.backoff_base, self.config.backoff_max)
-            retried = settled(job, QUEUED, now, error=reason, not_before=now + wait)
-            self.store(retried)
+            retried = settled(job, QUEUED, wall, error=reason, not_before=wall + wait)
+            self.store(retried, now)
             self.counters["retried"] += 1
-            self.enqueue(retried, now)
+            self.enqueue(retried, now, wall)
             return
         assert state is JobState.FAILED or state is JobState.DEAD
         body = give_up_body(state, kind, message)
-        self.store(settled(job, state, now, result=body, error=reason))
+        self.store(settled(job, state, wall, result=body, error=reason), now)
         self.counters[state.value] += 1
         self.answer(job.client, Reply(self.new_id(), body, job.id))
 
-    def restarted(self, job: Job, now: float) -> None:
+    def restarted(self, job: Job, now: float, wall: float) -> None:
         """A job the store had as RUNNING when the broker started (ADR 0003 decision 2).
 
         Its worker's reply, if it ever comes, is for a job no longer running here and
@@ -298,15 +349,15 @@ class JobTable:
             max_retries=min(job.max_retries + 1, MAX_STORED_COUNT),
             worker=None,
             started=None,
-            not_before=now,
-            updated=now,
+            not_before=wall,
+            updated=wall,
             error=f"broker restarted during attempt {job.attempts}",
         )
         self.jobs[job.id] = again
-        self.store(again)
-        self.enqueue(again, now)
+        self.store(again, now)
+        self.enqueue(again, now, wall)
 
-    def drop_worker(self, identity: bytes, reason: str, now: float) -> None:
+    def drop_worker(self, identity: bytes, reason: str, now: float, wall: float) -> None:
         """A worker is gone: its slots with it, its running jobs failed (retried or dead)."""
         worker = self.router.remove_worker(identity)
         if worker is None:
@@ -314,9 +365,9 @@ class JobTable:
         for job_id in list(worker.running):
             job = self.jobs[job_id]
             self._detach(job)
-            self._fail(job, JobEvent.LOST, "WorkerLost", reason, now)
+            self._fail(job, JobEvent.LOST, "WorkerLost", reason, now, wall)
 
-    def cancel(self, job: Job, reason: str, now: float) -> bool:
+    def cancel(self, job: Job, reason: str, now: float, wall: float) -> bool:
         """Cancel a job if its state allows it (queued only)."""
         if next_state(job.state, JobEvent.CANCEL) is None:
             return False
@@ -326,7 +377,8 @@ class JobTable:
         else:
             q.waiting.discard(job.id)
         body = give_up_body(JobState.CANCELLED, "Cancelled", reason)
-        self.store(replace(job, state=JobState.CANCELLED, error=reason, result=body, updated=now))
+        cancelled = replace(job, state=JobState.CANCELLED, error=reason, result=body, updated=wall)
+        self.store(cancelled, now)
         self.counters["cancelled"] += 1
         self.answer(job.client, Reply(self.new_id(), body, job.id))
         return True
@@ -344,29 +396,46 @@ class JobTable:
             heapq.heappop(heap)
         return None
 
-    def expire_timeouts(self, now: float) -> None:
+    def expire_timeouts(self, now: float, wall: float) -> None:
         while (deadline := self.next_timeout()) is not None and deadline <= now:
             job = self.jobs[heapq.heappop(self._timeouts)[2]]
             self.counters["timeouts"] += 1
             self._detach(job)
             # The worker keeps the slot until it answers: it may be stuck on this job.
-            self._fail(job, JobEvent.LOST, "Timeout", f"timeout after {job.timeout:g}s", now)
+            reason = f"timeout after {job.timeout:g}s"
+            self._fail(job, JobEvent.LOST, "Timeout", reason, now, wall)
 
-    def next_release(self) -> float | None:
-        """The earliest not_before of a waiting job (delay or retry backoff)."""
-        heap, jobs = self._delays, self.jobs
+    def next_delay(self) -> float | None:
+        """The earliest not_before (wall time) of a delayed job."""
+        return self._earliest(self._delays)
+
+    def next_backoff(self) -> float | None:
+        """When (monotonic) the earliest retry backoff ends."""
+        return self._earliest(self._backoffs)
+
+    def _earliest(self, heap: list[tuple[float, int, str, float]]) -> float | None:
+        """The first time of ``heap``; entries of jobs that no longer wait for the
+        not_before they were pushed for are dropped on the way."""
+        jobs = self.jobs
         while heap:
             job = jobs.get(heap[0][2])
-            if job is not None and job.state is QUEUED and job.not_before == heap[0][0]:
+            if job is not None and job.state is QUEUED and job.not_before == heap[0][3]:
                 return heap[0][0]
             heapq.heappop(heap)
         return None
 
-    def release_waiting(self, now: float) -> None:
-        while (due := self.next_release()) is not None and due <= now:
-            job = self.jobs[heapq.heappop(self._delays)[2]]
-            q = self.router.queues[job.queue]
-            if job.id in q.waiting:
-                q.waiting.discard(job.id)
-                self.router.push_ready(q, job.client, job.id)
-                self._pump(q, now)
+    def release_waiting(self, now: float, wall: float) -> None:
+        """Offer to workers the retries whose backoff ended by ``now`` (monotonic) and the
+        delayed jobs due by ``wall``."""
+        while (due := self.next_backoff()) is not None and due <= now:
+            self._release(heapq.heappop(self._backoffs)[2], now, wall)
+        while (at := self.next_delay()) is not None and at <= wall:
+            self._release(heapq.heappop(self._delays)[2], now, wall)
+
+    def _release(self, job_id: str, now: float, wall: float) -> None:
+        job = self.jobs[job_id]
+        q = self.router.queues[job.queue]
+        if job.id in q.waiting:
+            q.waiting.discard(job.id)
+            self.router.push_ready(q, job.client, job.id)
+            self._pump(q, now, wall)

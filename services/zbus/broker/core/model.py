@@ -38,7 +38,9 @@ class Job:
         attempts: how many times it was handed to a worker.
         max_retries: retries allowed after the first attempt.
         timeout: seconds a worker may take, or None.
-        not_before: wall time before which it is not dispatched (delay, retry backoff).
+        not_before: wall time before which it is not dispatched (delay, retry backoff;
+            the core waits for a delay on the wall clock, for a backoff on the
+            monotonic one: see :mod:`zbus.broker.core.jobs`).
         created, updated: wall times.
         worker: ROUTER identity of the worker running it (RUNNING only).
         started: wall time it was last handed to a worker.

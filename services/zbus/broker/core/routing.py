@@ -46,7 +46,7 @@ class WorkerState:
 
     identity: bytes
     queues: tuple[QueueState, ...]  # highest weight first
-    last_seen: float
+    last_seen: float  # monotonic
     tokens: set[int] = field(default_factory=set)  # one per READY not yet used
     running: dict[str, None] = field(default_factory=dict)  # job ids, in dispatch order
 
@@ -57,7 +57,7 @@ class SchedulerPeer:
 
     identity: bytes
     side: Side  # the ROUTER socket it is on
-    last_seen: float
+    last_seen: float  # monotonic
 
 
 class Router:

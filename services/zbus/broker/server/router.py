@@ -4,6 +4,10 @@ One round: take what is queued on the sockets (up to batch_max messages), feed i
 core, let the core act on the time, write every changed job in one transaction, and only
 then send what the core wants sent (ADR 0003). Admin operations run in the same thread,
 between rounds, so the core is never shared.
+
+The clock is read once per round after the poll, monotonic and wall time, and both go
+to every input of that round (the core's deadlines are monotonic; see
+:mod:`zbus.broker.core.broker`); the poll's timeout reads the monotonic clock once more.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ POLL_MS = 100
 PURGE_EVERY = 60.0
 _REPAIRS_LOGGED = 100  # repaired rows logged one by one at start; the rest are counted
 T = TypeVar("T")
-AdminCall = Callable[[BrokerCore, float], Any]
+AdminCall = Callable[[BrokerCore, float, float], Any]  # (core, monotonic now, wall)
 
 
 class Router(SocketThread):
@@ -69,7 +73,8 @@ class Router(SocketThread):
 
     # ------------------------------------------------------------------ control
     def submit_call(self, fn: AdminCall) -> concurrent.futures.Future[Any]:
-        """Run ``fn(core, now)`` in the routing thread; its changes are durable on return."""
+        """Run ``fn(core, now, wall)`` in the routing thread; its changes are durable on
+        return. ``now`` is monotonic, ``wall`` wall time."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._calls.put((fn, future))
         return future
@@ -110,7 +115,9 @@ class Router(SocketThread):
             compat=s.compat,
             max_queued=s.max_queued,
         )
-        self.core = BrokerCore(config, jobs, schedules, now=self.clock.time())
+        self.core = BrokerCore(
+            config, jobs, schedules, now=self.clock.monotonic(), wall=self.clock.time()
+        )
         self.metrics.counters(self.core.counters)
         for note in self.core.repairs[:_REPAIRS_LOGGED]:
             log.warning("stored row out of range, repaired", extra={"repair": note})
@@ -130,30 +137,31 @@ class Router(SocketThread):
         poller = zmq.Poller()
         for sock in (self.clients, self.workers, self.wake):
             poller.register(sock, zmq.POLLIN)
+        clock = self.clock
         while not self.halted:
             deadline = self.core.next_deadline()
             timeout = POLL_MS
             if deadline is not None:
                 # In float first: a deadline far ahead must not overflow into the int.
-                wait_ms = (deadline - self.clock.time()) * 1000 + 1
+                wait_ms = (deadline - clock.monotonic()) * 1000 + 1
                 timeout = int(max(0.0, min(POLL_MS, wait_ms)))
             ready = dict(poller.poll(timeout))
-            now = self.clock.time()
+            now, wall = clock.monotonic(), clock.time()
             if self.clients in ready:
-                self._drain(self.clients, "client", now)
+                self._drain(self.clients, "client", now, wall)
             if self.workers in ready:
-                self._drain(self.workers, "worker", now)
+                self._drain(self.workers, "worker", now, wall)
             if self.wake in ready:
                 self._drain_wake()
-            self._run_calls()
-            self.core.tick(self.clock.time())
+            self._run_calls(now, wall)
+            self.core.tick(now, wall=wall)
             self._flush()
-            self._housekeeping()
+            self._housekeeping(now, wall)
         # Stop: what was already taken in is written and answered.
-        self._run_calls()
+        self._run_calls(clock.monotonic(), clock.time())
         self._flush()
 
-    def _drain(self, sock: zmq.Socket[Any], side: str, now: float) -> None:
+    def _drain(self, sock: zmq.Socket[Any], side: str, now: float, wall: float) -> None:
         handle = self.core.client_message if side == "client" else self.core.worker_message
         decode, dialect = emqp.decode, self.dialect
         for _ in range(self.settings.batch_max):
@@ -167,7 +175,7 @@ class Router(SocketThread):
             except ProtocolError as exc:
                 self._reject(side, identity, reject_reason(exc), str(exc))
                 continue
-            problem = handle(identity, cmd, now)
+            problem = handle(identity, cmd, now, wall=wall)
             if problem is not None:
                 reason = "out_of_range" if isinstance(problem, OutOfRange) else "refused"
                 self._reject(side, identity, reason, problem)
@@ -185,7 +193,7 @@ class Router(SocketThread):
             while True:
                 self.wake.recv(zmq.NOBLOCK)
 
-    def _run_calls(self) -> None:
+    def _run_calls(self, now: float, wall: float) -> None:
         done: list[tuple[concurrent.futures.Future[Any], Any, BaseException | None]] = []
         while True:
             try:
@@ -193,7 +201,7 @@ class Router(SocketThread):
             except queue.Empty:
                 break
             try:
-                done.append((future, fn(self.core, self.clock.time()), None))
+                done.append((future, fn(self.core, now, wall), None))
             except Exception as exc:  # an admin error goes back to the admin caller
                 done.append((future, None, exc))
         if not done:
@@ -224,10 +232,9 @@ class Router(SocketThread):
                     sock, [out.identity, *emqp.encode(out.command, self.dialect)], block=False
                 )
 
-    def _housekeeping(self) -> None:
+    def _housekeeping(self, now: float, wall: float) -> None:
         # Paced on the monotonic clock: a step of the wall clock neither stops the gauges
         # nor the purge for as long as it went back.
-        now = self.clock.monotonic()
         if now >= self._next_gauges:
             self._next_gauges = now + 1.0
             self.metrics.workers.set(len(self.core.worker_views()))
@@ -238,7 +245,6 @@ class Router(SocketThread):
             self._next_purge = now + PURGE_EVERY
             try:
                 # The stored finish times are wall times.
-                wall = self.clock.time()
                 purged = self.store.purge(wall, self.settings.result_ttl, max_delete=10_000)
             except StoreError as exc:
                 log.error("purging finished jobs failed", extra={"error": str(exc)})

@@ -149,8 +149,9 @@ class BrokerService(Service):
             await asyncio.to_thread(self.store.close)
 
     # ------------------------------------------------------------------ admin
-    async def call(self, fn: Callable[[BrokerCore, float], T]) -> T:
-        """Run ``fn(core, now)`` in the routing thread; its changes are stored on return."""
+    async def call(self, fn: Callable[[BrokerCore, float, float], T]) -> T:
+        """Run ``fn(core, now, wall)`` in the routing thread (``now`` monotonic, ``wall`` wall
+        time); its changes are stored on return."""
         future = self.router.submit_call(fn)
         await self.wake.send(b"")
         result: T = await asyncio.wrap_future(future)
@@ -167,7 +168,7 @@ class BrokerService(Service):
         return await asyncio.to_thread(run)
 
     async def find(self, job_id: str) -> Job:
-        job = await self.call(lambda core, now: core.job(job_id))
+        job = await self.call(lambda core, now, wall: core.job(job_id))
         if job is None:
             job = await self.read(lambda r: r.get(job_id))
         if job is None:
@@ -178,7 +179,7 @@ class BrokerService(Service):
         @app.get("/api/v1/queues", tags=["queues"])
         async def queues() -> dict[str, Any]:
             """Every queue: ready, waiting, running, consumers, and stored counts per state."""
-            views = await self.call(lambda core, now: core.queue_views())
+            views = await self.call(lambda core, now, wall: core.queue_views())
             counts = await self.read(lambda r: r.counts())
             moves = self.metrics.transition_totals()
             names = sorted({v.name for v in views} | set(counts))
@@ -208,13 +209,13 @@ class BrokerService(Service):
         @app.post("/api/v1/queues/{name}/purge", dependencies=[TokenRequired], tags=["queues"])
         async def purge(name: str) -> dict[str, Any]:
             """Cancel every queued job of a queue (running jobs finish)."""
-            count = await self.call(lambda core, now: core.purge_queue(name, now))
+            count = await self.call(lambda core, now, wall: core.purge_queue(name, now, wall=wall))
             return {"queue": name, "cancelled": count}
 
         @app.get("/api/v1/workers", tags=["workers"])
         async def workers() -> dict[str, Any]:
             """Workers with their queues, free slots, last heartbeat and running jobs."""
-            views = await self.call(lambda core, now: core.worker_views())
+            views = await self.call(lambda core, now, wall: core.worker_views())
             return {
                 "workers": [
                     {
@@ -283,7 +284,9 @@ class BrokerService(Service):
             job_id = request.id or str(uuidlib.uuid4())
             try:
                 created = await self.call(
-                    lambda core, now: core.submit(job_id, request.queue, tuple(headers), body, now)
+                    lambda core, now, wall: core.submit(
+                        job_id, request.queue, tuple(headers), body, now, wall=wall
+                    )
                 )
             except ValueError as exc:  # RangeError: a number or size outside its range
                 reason = "out_of_range" if isinstance(exc, RangeError) else "refused"
@@ -296,7 +299,7 @@ class BrokerService(Service):
             """Run a dead or failed job again, with its full retry count."""
             found = await self.find(job_id)
             try:
-                again = await self.call(lambda core, now: core.retry(found, now))
+                again = await self.call(lambda core, now, wall: core.retry(found, now, wall=wall))
             except ValueError as exc:
                 raise HTTPException(409, str(exc)) from None
             return job_json(again)
@@ -305,6 +308,6 @@ class BrokerService(Service):
         async def cancel(job_id: str) -> dict[str, Any]:
             """Cancel a queued job (409 when it is running or finished)."""
             found = await self.find(job_id)
-            if not await self.call(lambda core, now: core.cancel(job_id, now)):
+            if not await self.call(lambda core, now, wall: core.cancel(job_id, now, wall=wall)):
                 raise HTTPException(409, f"job {job_id} is {found.state.value}: not cancelled")
             return job_json(await self.find(job_id))
