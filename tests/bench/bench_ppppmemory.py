@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.support.pppp_memory import run
-from zbus.eventbus.core.pppp_types import QUEUE_MARGIN
+from zbus.eventbus.core.pppp import QUEUE_MARGIN
 from zbus.eventbus.server.config import EventBusSettings
 
 EVENTS = int(os.environ.get("ZBUS_BENCH_PPPP_MEMORY_EVENTS", "1000000"))

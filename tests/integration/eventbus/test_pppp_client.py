@@ -62,7 +62,9 @@ async def apublish(client: AsyncEventBusClient, topic: str, uuids: list[str]) ->
 
 
 def subscriber_state(bus: EventBusService, name: str) -> dict[str, Any] | None:
-    for sub in pppp_status(bus.pppp, None, 1000)["subscribers"]:  # type: ignore[arg-type]
+    assert bus.pppp is not None
+    status = bus.pppp.submit(lambda door: pppp_status(door, None, 1000)).result(10)
+    for sub in status["subscribers"]:
         if sub["name"] == name:
             return dict(sub)
     return None
@@ -219,7 +221,8 @@ async def test_a_subscriber_back_after_the_grace_period_gets_a_sync_first(tmp_pa
                     30,
                     "the grace period to run out",
                 )
-                assert bus.pppp is not None and bus.pppp.core.grace_expiries == 1
+                assert bus.pppp is not None
+                assert bus.pppp.submit(lambda door: door.core.grace_expiries).result(10) == 1
                 seen = len(rows(out, "plain"))
                 proc = start_subscriber(endpoint, "/g/", "worker-2", out, "plain")
                 await async_wait_for(

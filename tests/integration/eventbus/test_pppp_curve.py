@@ -103,6 +103,8 @@ def test_a_listed_key_is_served_and_an_unknown_key_is_not(
 def _served_only(bus: EventBusService) -> None:
     """The door knows the listed subscriber only: the stranger's SUBSCRIBE never came."""
     assert bus.pppp is not None
-    core = bus.pppp.core
-    assert set(core.subscribers) == {b"reader"}
-    assert core.received["SUBSCRIBE"] == 1
+    known, subscribes = bus.pppp.submit(
+        lambda door: (set(door.core.subscribers), door.core.received["SUBSCRIBE"])
+    ).result(10)
+    assert known == {b"reader"}
+    assert subscribes == 1

@@ -10,8 +10,7 @@ from tests.conftest import FUZZ_EXAMPLES
 from tests.unit.eventbus.pppp_harness import TIMES, Door
 from tests.unit.protocols.strategies import frame_lists
 from zbus.common.protocols.pppp import AckNack, Custom, Heartbeat, Subscribe
-from zbus.eventbus.core.pppp_channels import MARK_EVERY
-from zbus.eventbus.core.pppp_subscribers import Times
+from zbus.eventbus.core.pppp import MARK_EVERY, Times
 
 A, B = b"sub-a", b"sub-b"
 
@@ -275,7 +274,6 @@ def test_after_a_restart_a_subscriber_continues_with_no_gap_and_no_duplicate() -
     # A new core over the same log, from what was stored.
     again = Door()
     again.log = door.log
-    again.core.source = door.log
     channels = [(n, c[0], c[1]) for n, c in stored.checkpoints.items() if c is not None]
     positions = [(i, n, a) for (i, n), a in stored.positions.items() if a is not None]
     again.core.load(min(s for _, _, s in channels), channels, positions, 0.0)

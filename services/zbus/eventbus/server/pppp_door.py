@@ -4,22 +4,30 @@ Sockets and files (ADR 0006):
 
 - a ROUTER on ``ZBUS_PPPP_PORT`` (CURVE with the bus's keys and its ZAP allow-list when
   configured; ``ROUTER_HANDOVER``, so that a returning subscriber takes its identity
-  over), where subscribers talk to :class:`~zbus.eventbus.core.pppp.PpppCore`;
+  over), where subscribers talk to :class:`~zbus.eventbus.core.pppp.PpppCore`, the door's
+  sans-I/O core: this thread feeds it what arrives and the time, and does what it hands
+  back (:meth:`~zbus.eventbus.core.pppp.PpppCore.take`): sends, reads of the log, CUSTOMs
+  to publish;
 - a SUB on the stream's inproc endpoint: every event the bus committed, from any door,
   after the group commit. A gap in the stream's global sequence (or a bus restart) is
   repaired by reading the log from where the door stands;
 - a DEALER on the collector's inproc endpoint: a CUSTOM is published as an event, as any
   zbus publisher publishes (``ZB-PUB`` with a confirm);
-- a reader of the log, for messages older than the cache, SYNCs and catching up;
+- a reader of the log, for the reads the core asks for: messages older than the cache,
+  SYNC pages and catching up;
 - ``pppp.sqlite`` beside the log: checkpoints and ACK positions, in small group commits
-  (:class:`~zbus.eventbus.server.pppp_store.PositionStore`).
+  (:class:`~zbus.eventbus.server.pppp_store.PpppPositions`);
+- a PULL on an inproc endpoint that wakes the thread for an admin call
+  (:meth:`PpppDoor.submit`): the admin API and the metrics read the core's state through
+  this thread, which owns it, never from their own.
 
 What one subscriber can make the bus hold is bounded: the core counts the bytes of every
 message sent to it and not ACKed (or, for a SYNC, not yet passed by the queue), and sends
 nothing past ``ZBUS_PPPP_PEER_BYTES``; ZeroMQ's queue towards it holds at most what is
 counted, and in messages a window and a margin (its send HWM), which bounds its
-HEARTBEATs. A message the queue cannot take now stays a position and is sent later;
-nothing is dropped. What a subscriber sends is read up to the same bound. When a
+HEARTBEATs. A message the queue cannot take now is handed back to the core
+(:meth:`~zbus.eventbus.core.pppp.PpppCore.unsent`): it stays a position and is sent
+later; nothing is dropped. What a subscriber sends is read up to the same bound. When a
 subscriber's connection goes (a send finds it unreachable, or the identity speaks on
 another connection: ``ROUTER_HANDOVER``), its queue went with it, and the core stops
 counting it (:meth:`~zbus.eventbus.core.pppp.PpppCore.gone`). A connection is the file
@@ -29,18 +37,21 @@ monitor of the ROUTER's disconnections), so that a descriptor used again is a ne
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
-import os
+import queue
+import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from zbus.common.clock import Clock
+from zbus.common.event_ids import uuid4, wire_stamp
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES
@@ -48,11 +59,20 @@ from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
 from zbus.eventbus.core.flow import hwm_for
-from zbus.eventbus.core.pppp import Limits, PpppCore
-from zbus.eventbus.core.pppp_cache import Payload, payload_frames
-from zbus.eventbus.core.pppp_subscribers import Times, identity_text
+from zbus.eventbus.core.pppp import (
+    Batch,
+    CatchUpRead,
+    Limits,
+    MessagesRead,
+    Payload,
+    PpppCore,
+    Read,
+    Times,
+    identity_text,
+    payload_frames,
+)
 from zbus.eventbus.server.config import EventBusSettings
-from zbus.eventbus.server.pppp_store import PositionStore
+from zbus.eventbus.server.pppp_store import PpppPositions
 from zbus.eventbus.server.store import LoggedEvent, SqliteEventLogReader, StoreError
 
 log = logging.getLogger(__name__)
@@ -60,8 +80,7 @@ log = logging.getLogger(__name__)
 POLL_MS = 100  # how often the thread looks at its stop flag when idle
 RETRY_MS = 1  # while a subscriber's queue is full, how soon the door tries again
 READS_PER_WAKE = 1000  # messages taken from one socket before the others get a turn
-CATCH_UP_PAGE = 2000  # events read from the log at once to catch up
-CATCH_UP_BYTES = 8 * 1024 * 1024
+SYNC_PAGE_BYTES = 8 * 1024 * 1024  # a SYNC page read from the log holds this at most
 PERSIST_EVERY = 0.05  # seconds between group commits of positions
 MAX_CUSTOMS_IN_FLIGHT = 1000  # ZB-PUB batches of CUSTOMs sent and not answered
 CUSTOM_TOPIC = "/zbus/pppp/custom/"
@@ -83,49 +102,7 @@ def payload_of(event: LoggedEvent) -> Payload:
     )
 
 
-class LogSource:
-    """The log behind :class:`~zbus.eventbus.core.pppp.EventSource`."""
-
-    def __init__(self, reader: SqliteEventLogReader, max_bytes: int) -> None:
-        self.reader = reader
-        self.max_bytes = max_bytes
-        self.failures = 0
-
-    def read(
-        self, channel: str, after_seq: int, skip: int, count: int
-    ) -> list[tuple[int, Payload]]:
-        try:
-            events = self.reader.replay((channel,), after_seq, skip + count)
-        except StoreError as exc:
-            self._failed(exc)
-            return []
-        return [(e.seq, payload_of(e)) for e in events[skip:]]
-
-    def sync_page(
-        self, channel: str, after: str | None, through: int, limit: int
-    ) -> tuple[list[Payload], str | None]:
-        try:
-            page = self.reader.snapshot_page((channel,), 0, after, limit, self.max_bytes)
-        except StoreError as exc:
-            self._failed(exc)
-            return [], after
-        return [payload_of(e) for e in page.events if e.seq <= through], page.next
-
-    def _failed(self, exc: StoreError) -> None:
-        self.failures += 1
-        log.error("pppp door: log read failed", extra={"error": str(exc)})
-
-
-def _stamp(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
-
-
-def _uuid4() -> str:
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40
-    raw[8] = raw[8] & 0x3F | 0x80
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+T = TypeVar("T")
 
 
 class PpppDoor(SocketThread):
@@ -164,30 +141,72 @@ class PpppDoor(SocketThread):
         )
         self.tick_every = max(0.001, min(0.05, s.pppp_first_idle / 4))
         self.endpoint = ""
-        self.behind = True  # the log may hold events the door has not taken in
-        self.stream_gaps = 0
         self.blocked_sends = 0
         self.sends = 0
         self._waiting_out = True
         self.unreachable = 0
-        self._gone: set[bytes] = set()  # identities a send found unreachable
+        self.read_failures = 0
         self._closed: dict[int, int] = {}  # file descriptor -> times it was closed
         self.customs_published = 0
         self.customs_failed = 0
         self._customs_in_flight = 0
         self._limiter = LogLimiter()
         self._pack = msgpack.Packer(use_bin_type=True).pack
-        self._held: int | None = 0
         self._next_tick = 0.0
         self._next_persist = 0.0
+        self.wake_endpoint = f"inproc://zbus-pppp-wake-{id(self):x}"
+        self._calls: queue.SimpleQueue[
+            tuple[Callable[[PpppDoor], Any], concurrent.futures.Future[Any]]
+        ] = queue.SimpleQueue()
+        # The other end of the wake, used by the threads that submit calls, one at a time.
+        self._waker: zmq.Socket[Any] | None = None
+        self._waker_lock = threading.Lock()
+        self._stopped = False
+
+    # ------------------------------------------------------------------ admin
+    def submit(self, fn: Callable[[PpppDoor], T]) -> concurrent.futures.Future[T]:
+        """Run ``fn(door)`` on the door's thread, which owns the core, and answer its
+        result (or its exception) in the future; from any thread. A door that has stopped
+        answers a RuntimeError; one that is stuck does not answer."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._waker_lock:
+            if self._stopped:
+                future.set_exception(RuntimeError("the PPPP door has stopped"))
+                return future
+            self._calls.put((fn, future))
+            if self._waker is not None:
+                with contextlib.suppress(zmq.Again):  # a wake is pending already
+                    self._waker.send(b"", zmq.NOBLOCK)
+        return future
+
+    def _run_calls(self) -> None:
+        calls = self._calls
+        while not calls.empty():
+            fn, future = calls.get_nowait()
+            if not future.set_running_or_notify_cancel():
+                continue  # the caller gave up
+            try:
+                future.set_result(fn(self))
+            except Exception as exc:  # an admin error goes back to the admin caller
+                future.set_exception(exc)
+
+    def _stop_calls(self) -> None:
+        with self._waker_lock:
+            self._stopped = True
+            if self._waker is not None:
+                self._waker.close(linger=0)
+                self._waker = None
+        while not self._calls.empty():
+            _, future = self._calls.get_nowait()
+            if future.set_running_or_notify_cancel():
+                future.set_exception(RuntimeError("the PPPP door has stopped"))
 
     # ------------------------------------------------------------------ sockets
     def open(self) -> None:
         s = self.settings
-        self.positions = PositionStore(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
+        self.positions = PpppPositions(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
         self.reader = SqliteEventLogReader(self.log_path)
-        self.source = LogSource(self.reader, CATCH_UP_BYTES)
-        self.core = PpppCore(self.times, self.limits, self.source)
+        self.core = PpppCore(self.times, self.limits)
         channels = self.positions.channels()
         now = self.clock.monotonic()
         taken = min((seq for _, _, seq in channels), default=0)
@@ -219,8 +238,18 @@ class PpppDoor(SocketThread):
         self.stream.rcvhwm = 1
         self.stream.setsockopt(zmq.SUBSCRIBE, b"")
         self.stream.connect(self.stream_endpoint)
+        self.wake = self.ctx.socket(zmq.PULL)
+        self.wake.linger = 0
+        self._sockets.append(self.wake)
+        self.wake.bind(self.wake_endpoint)
+        waker = self.ctx.socket(zmq.PUSH)
+        waker.linger = 0
+        waker.connect(self.wake_endpoint)
+        with self._waker_lock:
+            self._waker = waker
 
     def close(self) -> None:
+        self._stop_calls()
         if getattr(self, "monitor", None) is not None:
             # ZeroMQ's I/O thread blocks on a full monitor: empty it, then stop it.
             self._read_monitor()
@@ -257,25 +286,27 @@ class PpppDoor(SocketThread):
                     self._read_stream()
                 elif sock is self.monitor:
                     self._read_monitor()
+                elif sock is self.wake:
+                    self._drain_wake()
                 else:
                     self._read_confirms()
-            if self.behind:
-                self._catch_up()
+            self._run_calls()
             now = clock.monotonic()
             if now >= self._next_tick:
                 deadline = core.next_deadline()
                 if deadline is None or now >= deadline:
-                    core.tick(now, self._send)
+                    core.tick(now)
                 self._next_tick = now + self.tick_every
             sent = self.sends
-            core.pump(now, self._send)
-            if self._gone:
-                for identity in self._gone:
-                    core.gone(identity)
-                self._gone.clear()
+            core.pump(now)
+            sends, reads, customs = core.take()
+            if sends:
+                self._send(sends)
+            for read in reads:
+                self._read(read)
             self._waiting_out = self.sends != sent or not watching_out
-            if core.customs:
-                self._publish_customs()
+            if customs:
+                self._publish_customs(customs)
             if now >= self._next_persist:
                 self._persist(now)
             self._log_refusals()
@@ -283,7 +314,7 @@ class PpppDoor(SocketThread):
 
     def _timeout_ms(self, now: float, waiting_out: bool = False) -> int:
         core = self.core
-        if self.behind or core.has_work:
+        if core.behind or core.has_work:
             return 0
         longest = (POLL_MS if waiting_out else RETRY_MS) if core.ready else POLL_MS
         deadline = core.next_deadline()
@@ -291,25 +322,37 @@ class PpppDoor(SocketThread):
             longest = min(longest, max(0, int((max(deadline, self._next_tick) - now) * 1000) + 1))
         return longest
 
-    def _send(self, identity: bytes, frames: list[bytes]) -> bool:
-        # send_frames' work inlined: this runs once per delivery.
-        router = self.router
-        try:
-            _SEND(router, identity, _MORE)
-            for frame in frames[:-1]:
-                _SEND(router, frame, _MORE)
-            _SEND(router, frames[-1], _LAST)
-            self.sends += 1
-        except zmq.Again:
-            self.blocked_sends += 1
-            return False
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            self.unreachable += 1  # gone: its silence will disconnect it
-            self._gone.add(identity)
-            return False
-        return True
+    def _send(self, batches: list[Batch]) -> None:
+        """Each batch's messages in order, up to the first ZeroMQ refuses; the rest go
+        back to the core. send_frames' work inlined: this runs once per delivery."""
+        router, core = self.router, self.core
+        for batch in batches:
+            identity, messages = batch.identity, batch.messages
+            taken = 0
+            try:
+                for taken, frames in enumerate(messages):  # noqa: B007 (read after a refusal)
+                    _SEND(router, identity, _MORE)
+                    for frame in frames[:-1]:
+                        _SEND(router, frame, _MORE)
+                    _SEND(router, frames[-1], _LAST)
+                taken = len(messages)
+            except zmq.Again:
+                self.blocked_sends += 1
+                core.unsent(batch, taken)
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                self.unreachable += 1  # gone: its silence will disconnect it
+                core.unsent(batch, taken)
+                core.gone(identity)
+            self.sends += taken
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self.wake.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
 
     def _read_subscribers(self) -> None:
         router, receive, clock, closed = self.router, self.core.receive, self.clock, self._closed
@@ -349,50 +392,53 @@ class PpppDoor(SocketThread):
             except ProtocolError as exc:
                 log.error("pppp door: unreadable stream batch", extra={"error": str(exc)})
                 continue
-            if self.behind:
-                continue  # the log read takes these in
             if isinstance(got, int):  # a heartbeat: the log's last sequence
-                if got > core.taken:
-                    self._gap()
-                continue
-            first, rows = got
-            if first > core.taken + 1:
-                self._gap()
-                continue
-            core.add_events(first, rows)
+                core.log_at(got)
+            else:
+                core.add_events(*got)  # past a gap, or while catching up: left to the log
 
-    def _gap(self) -> None:
-        if not self.core.channels:
-            self.behind = True  # nothing to number: one read of the log's end
-            return
-        self.stream_gaps += 1
-        self.behind = True
-
-    def _catch_up(self) -> None:
-        """One page of the log above what the door took in (after a restart or a gap)."""
+    # ------------------------------------------------------------------ reads
+    def _read(self, read: Read) -> None:
+        """Make a read of the log the core asked for, and hand it the answer."""
         core = self.core
-        names = tuple(core.channels.channels)
-        try:
-            if not names:
-                page = self.reader.log_page((), core.taken, 1)
-                core.advance(page.sequence)
-                self.behind = False
+        if isinstance(read, MessagesRead):
+            try:
+                events = self.reader.replay((read.channel,), read.after_seq, read.skip + read.count)
+            except StoreError as exc:
+                self._read_failed(exc)
+                events = []  # as if the log no longer had them
+            core.on_messages(read, [(e.seq, payload_of(e)) for e in events[read.skip :]])
+        elif isinstance(read, CatchUpRead):
+            try:
+                page = self.reader.log_page(
+                    read.channels, read.after_seq, read.limit, read.max_bytes
+                )
+            except StoreError as exc:
+                log.error("pppp door: catching up from the log failed", extra={"error": str(exc)})
+                core.read_failed(read)
                 return
-            page = self.reader.log_page(names, core.taken, CATCH_UP_PAGE, CATCH_UP_BYTES)
-        except StoreError as exc:
-            log.error("pppp door: catching up from the log failed", extra={"error": str(exc)})
-            return
-        core.add_sequenced(
-            (e.seq, (e.topic, e.producer, e.ts, e.uuid, e.data)) for e in page.events
-        )
-        if page.next is None:
-            core.advance(page.sequence)
-            self.behind = False
+            rows = ((e.seq, (e.topic, e.producer, e.ts, e.uuid, e.data)) for e in page.events)
+            last = page.sequence if page.next is None or not read.channels else None
+            core.on_log_page(read, rows, last)
+        else:
+            try:
+                snapshot = self.reader.snapshot_page(
+                    (read.channel,), 0, read.after, read.limit, SYNC_PAGE_BYTES
+                )
+            except StoreError as exc:
+                self._read_failed(exc)
+                core.on_sync_page(read, [], read.after)  # read again
+                return
+            items = [payload_of(e) for e in snapshot.events if e.seq <= read.through]
+            core.on_sync_page(read, items, snapshot.next)
+
+    def _read_failed(self, exc: StoreError) -> None:
+        self.read_failures += 1
+        log.error("pppp door: log read failed", extra={"error": str(exc)})
 
     # ------------------------------------------------------------------ customs
-    def _publish_customs(self) -> None:
-        customs, self.core.customs = self.core.customs, []
-        stamp = _stamp(self.clock.time())
+    def _publish_customs(self, customs: list[tuple[bytes, tuple[bytes, ...]]]) -> None:
+        stamp = wire_stamp(self.clock.time())
         rows: list[list[Any]] = []
         for identity, payload in customs:
             if self._customs_in_flight + len(rows) >= MAX_CUSTOMS_IN_FLIGHT:
@@ -401,7 +447,7 @@ class PpppDoor(SocketThread):
             name = identity_text(identity)
             producer = ("pppp:" + name).encode()[:MAX_PRODUCER_BYTES].decode("utf-8", "ignore")
             data = self._pack(list(payload))
-            rows.append([CUSTOM_TOPIC + name, producer, stamp, _uuid4(), data])
+            rows.append([CUSTOM_TOPIC + name, producer, stamp, uuid4(), data])
         if not rows:
             return
         for start in range(0, len(rows), self.settings.max_batch_events):
@@ -434,27 +480,24 @@ class PpppDoor(SocketThread):
 
     # ------------------------------------------------------------------ storing
     def _persist(self, now: float) -> None:
+        """One group commit of what the core hands out, and the retention hold moved:
+        down before the write (a new channel's checkpoint needs it), up after it."""
         self._next_persist = now + PERSIST_EVERY
         changes = self.core.take_changes()
-        lowest = self.core.channels.lowest_checkpoint()
+        if changes.hold_first:
+            self.hold(changes.hold)
         if changes:
-            if lowest is not None and (self._held is None or lowest < self._held):
-                self._set_hold(lowest)  # a new channel: hold before its checkpoint is stored
             try:
                 self.positions.write(changes.positions, changes.checkpoints)
             except StoreError as exc:
                 log.error("pppp door: storing positions failed", extra={"error": str(exc)})
                 self.core.restore(changes)
                 return
-        if lowest != self._held:
-            self._set_hold(lowest)
-
-    def _set_hold(self, through: int | None) -> None:
-        self._held = through
-        self.hold(through)
+        if changes.hold_moves and not changes.hold_first:
+            self.hold(changes.hold)
 
     def _log_refusals(self) -> None:
         log_refusals(self.core.refusals, self._limiter, log, "pppp message dropped")
 
 
-__all__ = ["LogSource", "PpppDoor", "payload_of"]
+__all__ = ["PpppDoor", "payload_of"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from zbus.common.sqlite import StoreError, open_writer, transaction
 
-__all__ = ["APPLICATION_ID", "PositionStore", "StoreError"]
+__all__ = ["APPLICATION_ID", "PpppPositions", "StoreError"]
 
 APPLICATION_ID = 0x7A707070  # "zppp"
 SCHEMA_VERSION = 1
@@ -32,7 +32,7 @@ CREATE TABLE positions(
 """
 
 
-class PositionStore:
+class PpppPositions:
     """Checkpoints and ACK positions in one SQLite file, for one thread at a time."""
 
     def __init__(self, path: Path, *, fsync: bool = False) -> None:

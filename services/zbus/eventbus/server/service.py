@@ -30,7 +30,7 @@ from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.mc0_door import Mc0Door, Mc0Metrics
 from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
-from zbus.eventbus.server.pppp_admin import PpppMetrics, pppp_status
+from zbus.eventbus.server.pppp_admin import PpppMetrics, read_status, read_summary
 from zbus.eventbus.server.pppp_door import PpppDoor
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
@@ -333,7 +333,7 @@ class EventBusService(Service):
             "dropped": {k: int(v) for k, v in sorted(dropped.items())},
         }
 
-    def doors(self, peers: dict[str, int]) -> dict[str, Any]:
+    async def doors(self, peers: dict[str, int]) -> dict[str, Any]:
         """Each front door's endpoint, connected peers and subscriptions."""
         out: dict[str, Any] = {
             "spec": {
@@ -352,17 +352,7 @@ class EventBusService(Service):
                 "subscriptions": core.topics.count,
             }
         if self.pppp is not None:
-            pppp = self.pppp.core
-            # Copies: the door's thread changes these while this reads them.
-            subscribers = list(dict(pppp.subscribers).values())
-            live = sum(1 for s in subscribers if s.live)
-            out["pppp"] = {
-                "endpoint": self.endpoints.get("pppp"),
-                "peers": {"live": live, "grace": len(subscribers) - live},
-                "subscribers": live,
-                "subscriptions": len(dict(pppp.channels.channels)),
-                "malformed": sum(dict(pppp.malformed).values()),
-            }
+            out["pppp"] = await read_summary(self.pppp)  # computed on the door's thread
         return out
 
     def add_routes(self, app: FastAPI) -> None:
@@ -440,7 +430,7 @@ class EventBusService(Service):
                 "peer_bounds": self.settings.bounds().table(),
                 "archive": {"enabled": False} if self.archiver is None else self.archiver.status(),
                 "counters": self.counters(),
-                "doors": self.doors(peers),
+                "doors": await self.doors(peers),
             }
 
         @app.get("/api/v1/pppp", tags=["pppp"])
@@ -452,7 +442,7 @@ class EventBusService(Service):
             if self.pppp is None:
                 raise HTTPException(409, "the PPPP door is off (ZBUS_PPPP_PORT unset)")
             try:
-                return pppp_status(self.pppp, after, limit)
+                return await read_status(self.pppp, after, limit)
             except ValueError as exc:
                 raise HTTPException(422, str(exc)) from None
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from zbus.eventbus.core.pppp_channels import Channel
+from zbus.eventbus.core.pppp._channels import Channel
 
 #: What one message in flight costs beyond its frames' bytes: in ZeroMQ's queue a 64-byte
 #: ``msg_t`` per frame (nine for a PUBLISH with the identity) and the allocation of each
@@ -62,6 +62,10 @@ class Sync:
     pages_done: bool = False  # every item sent
     ended: bool = False  # the end marker sent
     acked: bool = False
+    reading: int = 0  # the token of the page read asked for (0: none)
+    # The page read and not sent yet: its items and the cursor of the next page (None:
+    # the last page). Kept only until the next pump: what it cannot send then is read again.
+    page: tuple[list[tuple[bytes, ...]], str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -115,17 +119,10 @@ class Conversation:
         self.inflight_bytes -= freed
         return freed
 
-    def release_sync(self, passed: int | None = None) -> int:
-        """Stop counting the SYNC messages sent at or before the send count ``passed``
-        (None: all of them). Returns the bytes released."""
-        flight, freed = self.sync_flight, 0
-        if passed is None:
-            freed, self.sync_bytes = self.sync_bytes, 0
-            flight.clear()
-            return freed
-        while flight and flight[0][0] <= passed:
-            freed += flight.popleft()[1]
-        self.sync_bytes -= freed
+    def release_sync(self) -> int:
+        """Stop counting the SYNC's messages (its ACK came). Returns the bytes released."""
+        freed, self.sync_bytes = self.sync_bytes, 0
+        self.sync_flight.clear()
         return freed
 
     def forget(self) -> int:

@@ -1,24 +1,28 @@
 """The event bus's PPPP door (seed 003, ADR 0006), sans-I/O.
 
-The wiring (:mod:`zbus.eventbus.server.pppp_door`) feeds :meth:`PpppCore.receive` every
-message the ROUTER on port 5560 reads, with its identity; feeds :meth:`PpppCore.add_events`
-every event the bus committed, in global sequence order; calls :meth:`PpppCore.tick` for
-the timers and :meth:`PpppCore.pump` to send, with a ``send`` that reports whether
-ZeroMQ took the message; and stores what :meth:`PpppCore.take_changes` hands out. The
-core reads no clock and no socket: ``now`` is monotonic seconds. Messages older than the
-cache are read through an :class:`EventSource`, the log behind an interface.
+The door's shell (:mod:`zbus.eventbus.server.pppp_door`) feeds :meth:`PpppCore.receive`
+every message its ROUTER reads, with its identity; :meth:`PpppCore.add_events` every
+event the bus committed, in global sequence order; calls :meth:`PpppCore.tick` when
+:meth:`PpppCore.next_deadline` is due and :meth:`PpppCore.pump` to hand out what the
+subscribers can take. :meth:`PpppCore.take` then gives what to do: the messages to send
+(a :class:`~zbus.eventbus.core.pppp.Batch` per subscriber), the reads of the log to make,
+and the CUSTOMs to publish. The shell answers each read with :meth:`PpppCore.on_messages`,
+:meth:`PpppCore.on_sync_page` or :meth:`PpppCore.on_log_page`, and tells what ZeroMQ did
+not take with :meth:`PpppCore.unsent`. At its group-commit pace it stores what
+:meth:`PpppCore.take_changes` hands out and moves the retention hold as told. The core
+reads no clock, no socket and no file: ``now`` is monotonic seconds.
 
 What the core keeps is positions, not messages (``docs/protocols/pppp.md``, "The door as
 served", has the memory bound): per channel its numbering
-(:mod:`~zbus.eventbus.core.pppp_channels`), per subscriber and channel ``acked``, ``next``
-and the ranges to resend (:mod:`~zbus.eventbus.core.pppp_subscribers`), and one cache of
-recent events shared by all (:mod:`~zbus.eventbus.core.pppp_cache`).
+(:mod:`~zbus.eventbus.core.pppp._channels`), per subscriber and channel ``acked``, ``next``
+and the ranges to resend (:mod:`~zbus.eventbus.core.pppp._subscribers`), and one cache of
+recent events shared by all (:mod:`~zbus.eventbus.core.pppp._cache`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.pppp import (
@@ -29,51 +33,59 @@ from zbus.common.protocols.pppp import (
     decode_from_subscriber,
 )
 from zbus.common.rejects import reject_reason
-from zbus.eventbus.core.pppp_cache import (
+from zbus.eventbus.core.pppp._batch import BEATS, HEARTBEAT, Batch
+from zbus.eventbus.core.pppp._cache import (
     ENTRY_OVERHEAD,
-    EventCache,
-    Payload,
-    ReadBuffer,
-    payload_bytes,
     payload_frames,
 )
-from zbus.eventbus.core.pppp_channels import Channel, ChannelIndex
-from zbus.eventbus.core.pppp_subscribers import (
-    MESSAGE_OVERHEAD,
+from zbus.eventbus.core.pppp._channels import Channel, ChannelIndex
+from zbus.eventbus.core.pppp._sending import Sender
+from zbus.eventbus.core.pppp._subscribers import (
     Conversation,
     Subscriber,
     Sync,
     Times,
 )
-from zbus.eventbus.core.pppp_sync import HEARTBEAT, SyncPump
-from zbus.eventbus.core.pppp_timers import Deadlines
-from zbus.eventbus.core.pppp_types import (
+from zbus.eventbus.core.pppp._timers import Deadlines
+from zbus.eventbus.core.pppp._types import (
     COMMANDS,
     MAX_CHANNEL_BYTES,
     REASONS,
     SENT,
+    CatchUpRead,
     Changes,
-    EventSource,
     Limits,
     MiB,
-    Send,
+    Read,
 )
 
-PUMP_BUDGET = 256  # messages sent to one subscriber before the next one gets a turn
-READ_PAGE = 1024  # messages read from the log at once for a backlog
+CATCH_UP_PAGE = 2000  # events read from the log at once to catch up
+CATCH_UP_BYTES = 8 * MiB
 
 
-class PpppCore:
+class Output(NamedTuple):
+    """What :meth:`PpppCore.take` hands the shell.
+
+    Attributes:
+        sends: per subscriber, the messages to send in order (:meth:`PpppCore.unsent`
+            when ZeroMQ did not take them all).
+        reads: the reads of the log to make and answer.
+        customs: ``(identity, payload)`` of each CUSTOM to publish as an event.
+    """
+
+    sends: list[Batch]
+    reads: list[Read]
+    customs: list[tuple[bytes, tuple[bytes, ...]]]
+
+
+class PpppCore(Sender):
     """Channels, subscribers, their positions and timers."""
 
-    def __init__(self, times: Times, limits: Limits, source: EventSource) -> None:
+    def __init__(self, times: Times, limits: Limits) -> None:
         self.times = times
         self.limits = limits
-        self.source = source
         self.channels = ChannelIndex()
         self.subscribers: dict[bytes, Subscriber] = {}
-        self.cache = EventCache(limits.cache_bytes)
-        self.reads = ReadBuffer(max(MiB, limits.cache_bytes // 8))
         self.taken = 0  # the global sequence up to which events were taken in
         self.ready: set[bytes] = set()  # live subscribers that may have something to send
         self.received = dict.fromkeys(COMMANDS, 0)
@@ -83,14 +95,17 @@ class PpppCore:
         self.first_idle_resends = 0
         self.disconnects = 0
         self.grace_expiries = 0
-        self.unavailable = 0  # messages the log no longer had (never, with the hold)
-        self.refusals: list[tuple[bytes, str, str]] = []  # for the wiring to log
+        self.stream_gaps = 0  # gaps in the bus's stream, repaired from the log
+        self.refusals: list[tuple[bytes, str, str]] = []  # for the shell to log
         self.customs: list[tuple[bytes, tuple[bytes, ...]]] = []  # to publish as events
+        self.behind = False  # the log may hold events not taken in: catch up from it
+        self.held: int | None = 0  # the retention hold last handed out
+        self._catching_up = False  # a CatchUpRead is out
         self._positions: dict[tuple[bytes, str], int | None] = {}
         self._checkpoints: dict[str, tuple[int, int] | None] = {}
         self._moved: set[str] = set()
         self.timers = Deadlines()
-        self.syncs = SyncPump(source, limits, self.sent)
+        super().__init__(limits)
 
     # ------------------------------------------------------------------ restart
     def load(
@@ -101,8 +116,10 @@ class PpppCore:
         now: float,
     ) -> None:
         """Take back what was stored: channels at their checkpoints, and subscribers,
-        not connected, each conversation kept for the grace period from ``now``."""
+        not connected, each conversation kept for the grace period from ``now``. The log
+        may hold events above ``taken``: the core catches up from it."""
         self.taken = taken
+        self.behind = True
         for name, cseq, seq in channels:
             self.channels.add(name, (cseq, seq))
         for identity, name, acked in positions:
@@ -293,10 +310,42 @@ class PpppCore:
         self.customs.append((sub.identity, cmd.payload))
 
     # ------------------------------------------------------------------ events
-    def add_events(self, first_seq: int, rows: Iterable[Sequence[Any]]) -> None:
+    def add_events(self, first_seq: int, rows: Sequence[Sequence[Any]]) -> None:
         """Events the bus committed, ``[topic, producer, timestamp, uuid, data]`` from
-        global sequence ``first_seq`` on (the stream's batches)."""
+        global sequence ``first_seq`` on (the stream's batches). A batch past a gap, or
+        any while catching up, is left to the log."""
+        if self.behind:
+            return
+        if first_seq > self.taken + 1:
+            self._gap()
+            return
         self.add_sequenced(enumerate(rows, first_seq))
+
+    def log_at(self, last_seq: int) -> None:
+        """The stream's heartbeat: the log's last sequence is ``last_seq``."""
+        if not self.behind and last_seq > self.taken:
+            self._gap()
+
+    def _gap(self) -> None:
+        if self.channels:
+            self.stream_gaps += 1  # with no channel there is nothing to number: no gap
+        self.behind = True
+
+    def on_log_page(
+        self, read: CatchUpRead, events: Iterable[tuple[int, Sequence[Any]]], last: int | None
+    ) -> None:
+        """The answer to ``read``: the events read as ``(global seq, row)``, and the log's
+        last sequence when no more page follows (None: read on)."""
+        self._catching_up = False
+        if read.channels:
+            self.add_sequenced(events)
+        if last is not None:
+            self.advance(last)
+            self.behind = False
+
+    def read_failed(self, read: CatchUpRead) -> None:
+        """``read`` could not be made: the core asks again."""
+        self._catching_up = False
 
     def add_sequenced(self, events: Iterable[tuple[int, Sequence[Any]]]) -> None:
         """Events as ``(global seq, [topic, producer, timestamp, uuid, data])`` in
@@ -331,160 +380,37 @@ class PpppCore:
         """No event up to global ``through`` concerns any channel (none was there)."""
         self.taken = max(self.taken, through)
 
-    # ------------------------------------------------------------------ sending
-    def pump(self, now: float, send: Send) -> None:
-        """Send what the ready subscribers can take: SYNCs, resends, new messages."""
-        subscribers, times, earlier = self.subscribers, self.times, self.timers.earlier
-        for identity in list(self.ready):
-            sub = subscribers.get(identity)
-            if sub is None or not sub.live:
-                self.ready.discard(identity)
-                continue
-            sends = sub.sends
-            if self._pump_one(sub, now, send):
-                self.ready.discard(identity)
-            if sub.sends != sends:
-                earlier(identity, sub.next_due(times))
-
-    @property
-    def has_work(self) -> bool:
-        """Some ready subscriber was not stopped by a full queue."""
-        subscribers = self.subscribers
-        return any(
-            (s := subscribers.get(i)) is not None and not s.blocked for i in list(self.ready)
-        )
-
-    def _pump_one(self, sub: Subscriber, now: float, send: Send) -> bool:
-        """True when everything that can go to ``sub`` now went."""
-        budget = PUMP_BUDGET
-        for conv in list(sub.conversations.values()):
-            if not conv.live:
-                continue
-            budget = self._pump_conversation(sub, conv, now, send, budget)
-            if budget < 0:
-                sub.blocked = True
-                return False
-            if budget == 0:
-                sub.blocked = False
-                return False
-        sub.blocked = False
-        return True
-
-    def _pump_conversation(
-        self, sub: Subscriber, conv: Conversation, now: float, send: Send, budget: int
-    ) -> int:
-        """Send to one conversation; returns the budget left, or -1 when the queue is full."""
-        channel, identity = conv.channel, sub.identity
-        raw = channel.raw
-        sync = conv.sync
-        if sync is not None and not sync.ended:
-            budget = self.syncs.pump(sub, conv, sync, now, send, budget)
-            if budget <= 0 or not sync.ended:
-                return budget
-        extra = MESSAGE_OVERHEAD - ENTRY_OVERHEAD + len(raw) + 8 + len(identity)
-        peer_bytes = self.limits.peer_bytes
-        while conv.resend and budget > 0:
-            first, last = conv.resend[0]
-            payload = self._message(channel, first)
-            if payload is not None:
-                size = payload_bytes(payload) + extra
-                if sub.inflight and sub.inflight + size > peer_bytes:
-                    return budget  # no room until an ACK
-                if not send(identity, [raw, first.to_bytes(8, "big"), *payload]):
-                    return -1
-                conv.flight.append((first, size))
-                conv.inflight_bytes += size
-                sub.inflight += size
-                sub.sends += 1
-                self.sent["resend"] += 1
-                sub.sent(now, publish=True)
-                budget -= 1
-            else:
-                self.unavailable += 1
-            if first == last:
-                conv.resend.pop(0)
-            else:
-                conv.resend[0] = (first + 1, last)
-        return self._pump_new(sub, conv, now, send, budget)
-
-    def _pump_new(
-        self, sub: Subscriber, conv: Conversation, now: float, send: Send, budget: int
-    ) -> int:
-        """New messages from ``next`` within the window and the subscriber's bytes in
-        flight: the hot path. The payload of a cached message is the cache's own frames,
-        its size counted once."""
-        channel, identity, raw = conv.channel, sub.identity, conv.channel.raw
-        limit = min(channel.head, conv.acked + self.limits.window)
-        nxt, inflight, peer_bytes = conv.next, sub.inflight, self.limits.peer_bytes
-        if budget <= 0 or nxt > limit or inflight >= peer_bytes:
-            return budget
-        entry_of, recent, offset = self.cache.entry, channel.recent, channel.recent_offset()
-        cut, held = channel.cut, len(channel.recent)
-        extra = MESSAGE_OVERHEAD - ENTRY_OVERHEAD + len(raw) + 8 + len(identity)
-        record = conv.flight.append
-        count, full = 0, False
-        while budget > 0 and nxt <= limit:
-            i = nxt + offset
-            entry = entry_of(recent[i]) if cut <= i < held else None
-            if entry is None:
-                payload = self._message(channel, nxt)
-                if payload is None:
-                    self.unavailable += 1
-                    nxt += 1
-                    continue
-                size = payload_bytes(payload)
-            else:
-                payload, size = entry
-            size += extra
-            if inflight and inflight + size > peer_bytes:
-                break  # no room until an ACK
-            if not send(identity, [raw, nxt.to_bytes(8, "big"), *payload]):
-                full = True
-                break
-            record((nxt, size))
-            nxt += 1
-            inflight += size
-            count += 1
-            budget -= 1
-        conv.next = nxt
-        conv.inflight_bytes += inflight - sub.inflight
-        sub.inflight = inflight
-        if count:
-            sub.sends += count
-            self.sent["publish"] += count
-            sub.sent(now, publish=True)
-        return -1 if full else budget
-
-    def _message(self, channel: Channel, cseq: int) -> Payload | None:
-        """The payload of message ``cseq`` of ``channel``: from the cache, or read."""
-        if cseq <= channel.checkpoint[0] or cseq > channel.head:
-            return None
-        seq = channel.lookup(cseq)
-        if seq is not None:
-            payload = self.cache.get(seq)
-            if payload is not None:
-                return payload
-        payload = self.reads.get(channel.uid, cseq)
-        if payload is not None:
-            return payload
-        after, skip = channel.locate(cseq)
-        count = min(READ_PAGE, channel.head - cseq + 1)
-        got = self.source.read(channel.name, after, skip, count)
-        for i, (_, item) in enumerate(got):
-            self.reads.add(channel.uid, cseq + i, item)
-        return got[0][1] if got else None
+    # ------------------------------------------------------------------ output
+    def take(self) -> Output:
+        """What to send, what to read and what to publish, since the last call. Every
+        batch is sent (or reported :meth:`unsent`) and every read answered before the
+        core is given anything else."""
+        if self.behind and not self._catching_up:
+            self._catching_up = True
+            names = tuple(self.channels.channels)
+            if names:
+                self.requests.append(CatchUpRead(names, self.taken, CATCH_UP_PAGE, CATCH_UP_BYTES))
+            else:  # nothing to number: only where the log ends
+                self.requests.append(CatchUpRead((), self.taken, 1, CATCH_UP_BYTES))
+        sends = list(self.batches.values())
+        self.batches.clear()
+        reads = self.requests[:]
+        self.requests.clear()
+        customs, self.customs = self.customs, []
+        return Output(sends, reads, customs)
 
     # ------------------------------------------------------------------ timers
-    def tick(self, now: float, send: Send) -> None:
+    def tick(self, now: float) -> None:
         """Heartbeats, first-idle resends, disconnects and grace expiries due by ``now``:
         only the subscribers due are looked at."""
         subscribers = self.subscribers
         for identity in self.timers.due(now):
             sub = subscribers.get(identity)
             if sub is not None:
-                self._tick_one(sub, now, send)
+                self.tick_one(sub, now)
 
-    def _tick_one(self, sub: Subscriber, now: float, send: Send) -> None:
+    def tick_one(self, sub: Subscriber, now: float) -> None:
+        """The timers of one subscriber that is due."""
         times, identity = self.times, sub.identity
         if sub.live:
             if now >= sub.dead_at(times):
@@ -493,7 +419,12 @@ class PpppCore:
                 resend_at = sub.resend_due(times)
                 if resend_at is not None and now >= resend_at:
                     self._resend_last(sub, now)
-                if now >= sub.heartbeat_due(times) and send(identity, HEARTBEAT):
+                if now >= sub.heartbeat_due(times):
+                    batch = self.batches.get(identity)
+                    if batch is None:
+                        batch = self.batches[identity] = Batch(sub)
+                    batch.run(BEATS, None)
+                    batch.messages.append(HEARTBEAT)
                     self.sent["heartbeat"] += 1
                     sub.sends += 1
                     sub.sent(now, publish=False)
@@ -564,14 +495,18 @@ class PpppCore:
             if channel.move_checkpoint(lowest):
                 self._checkpoints[name] = channel.checkpoint
         self._moved.clear()
-        changes = Changes(self._positions, self._checkpoints)
-        self._positions, self._checkpoints = {}, {}
+        hold = self.channels.lowest_checkpoint()
+        changes = Changes(self._positions, self._checkpoints, hold, self.held)
+        self._positions, self._checkpoints, self.held = {}, {}, hold
         return changes
 
     def restore(self, changes: Changes) -> None:
-        """Changes that could not be stored: kept for the next try (newer ones win)."""
+        """Changes that could not be stored: kept for the next try (newer ones win). A
+        hold that was to go up after them goes up after the next write."""
         self._positions = {**changes.positions, **self._positions}
         self._checkpoints = {**changes.checkpoints, **self._checkpoints}
+        if not changes.hold_first and self.held == changes.hold:
+            self.held = changes.held
 
     def backlog(self, channel: Channel) -> int:
         """Messages of ``channel`` some subscriber has not ACKed yet, at most."""
@@ -584,4 +519,4 @@ class PpppCore:
         return channel.head - lowest
 
 
-__all__ = ["COMMANDS", "REASONS", "SENT", "Changes", "EventSource", "Limits", "PpppCore", "Send"]
+__all__ = ["COMMANDS", "REASONS", "SENT", "Changes", "Limits", "Output", "PpppCore"]
