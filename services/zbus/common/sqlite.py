@@ -83,27 +83,6 @@ def configure_writer(conn: sqlite3.Connection, *, fsync: bool, checkpoint_pages:
     conn.execute(f"PRAGMA wal_autocheckpoint = {int(checkpoint_pages)}")
 
 
-def open_writer(
-    path: Path,
-    cache_kib: int,
-    *,
-    app_id: int,
-    version: int,
-    schema: str,
-    what: str,
-    fsync: bool,
-    checkpoint_pages: int,
-) -> sqlite3.Connection:
-    """A store's writer connection: :meth:`StoreFormat.open_writer` of the format these
-    arguments describe.
-
-    Raises:
-        StoreError: the file cannot be opened, or it is not this store's.
-    """
-    fmt = StoreFormat(what, app_id, version, schema, cache_kib)
-    return fmt.open_writer(path, fsync=fsync, checkpoint_pages=checkpoint_pages)
-
-
 def checkpoint(path: Path) -> tuple[int, int]:
     """Copy the WAL into the database without blocking the writer (PASSIVE checkpoint).
 

@@ -14,9 +14,8 @@ written late after a ``kill -9`` only means some messages are sent again.
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
-from zbus.common.sqlite import StoreError, open_writer, transaction
+from zbus.common.sqlite import Store, StoreError, StoreFormat
 
 __all__ = ["APPLICATION_ID", "PpppPositions", "StoreError"]
 
@@ -32,21 +31,13 @@ CREATE TABLE positions(
 """
 
 
-class PpppPositions:
-    """Checkpoints and ACK positions in one SQLite file, for one thread at a time."""
+class PpppPositions(Store):
+    """Checkpoints and ACK positions in one SQLite file, for one thread at a time.
 
-    def __init__(self, path: Path, *, fsync: bool = False) -> None:
-        self.path = Path(path)
-        self._conn = open_writer(
-            self.path,
-            2048,
-            app_id=APPLICATION_ID,
-            version=SCHEMA_VERSION,
-            schema=_SCHEMA,
-            what=_WHAT,
-            fsync=fsync,
-            checkpoint_pages=1000,
-        )
+    Opened with ``PpppPositions(path, fsync=...)`` (:class:`~zbus.common.sqlite.Store`).
+    """
+
+    FORMAT = StoreFormat(_WHAT, APPLICATION_ID, SCHEMA_VERSION, _SCHEMA, 2048)
 
     def channels(self) -> list[tuple[str, int, int]]:
         """Every channel with its checkpoint ``(name, cseq, seq)``."""
@@ -71,7 +62,7 @@ class PpppPositions:
         checkpoints: dict[str, tuple[int, int] | None],
     ) -> None:
         """Store changed positions and checkpoints (None: delete) in one transaction."""
-        with transaction(self._conn, self.path, "write") as conn:
+        with self.transaction("write") as conn:
             gone = [(c,) for c, v in checkpoints.items() if v is None]
             if gone:
                 conn.executemany("DELETE FROM channels WHERE channel = ?", gone)
@@ -90,6 +81,3 @@ class PpppPositions:
                 " DO UPDATE SET acked = excluded.acked",
                 [(k[0], k[1], v) for k, v in positions.items() if v is not None],
             )
-
-    def close(self) -> None:
-        self._conn.close()
