@@ -157,4 +157,4 @@ def test_large_header_frames_are_not_cached() -> None:
     frames = [*H, b"REQUEST", b"j", b"default", big, b"body"]
     for i in range(3):
         decode([*frames[:5], big + str(i).encode(), b"body"], SPEC)
-    assert all(len(raw) <= 256 for raw in emqp_eventmq._HEADERS_BY_FRAME)
+    assert all(len(raw) <= 256 for raw in emqp_eventmq.HEADERS_BY_FRAME)

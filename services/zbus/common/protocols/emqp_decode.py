@@ -35,9 +35,9 @@ from zbus.common.protocols.emqp_commands import (
     Unschedule,
 )
 from zbus.common.protocols.emqp_eventmq import (
-    _HEADERS_BY_FRAME,
-    _check_call,
-    _decode_headers,
+    HEADERS_BY_FRAME,
+    check_call,
+    decode_headers,
 )
 from zbus.common.protocols.errors import (
     FrameCountError,
@@ -51,7 +51,7 @@ from zbus.common.protocols.errors import (
 
 __all__ = ["EVENTMQ", "SPEC", "Dialect", "decode"]
 
-_V10: Final = b"eMQP/1.0"
+VERSION_FRAME: Final = b"eMQP/1.0"  # the protocol frame of every eMQP/1.0 message
 # A version frame other than 1.0 is accepted when it is "eMQP/" and a dotted number, and
 # recorded on the command: eventmq never checks the frame, and a future minor version
 # should reach the service (which may refuse it) rather than be dropped as noise here.
@@ -139,12 +139,12 @@ def _decode_request(frames: Sequence[bytes], dialect: Dialect, version: str) -> 
         _bad_text(frames, "REQUEST", ((3, "message id"), (4, "queue name")))
     if not msgid:
         raise _empty_id(frames, "REQUEST", 3, "message id")
-    headers = _HEADERS_BY_FRAME.get(frames[5])
+    headers = HEADERS_BY_FRAME.get(frames[5])
     if headers is None:
-        headers = _decode_headers(frames, "REQUEST", 5)
+        headers = decode_headers(frames, "REQUEST", 5)
     body = frames[6]
     if dialect.json_bodies:
-        _check_call(body, "REQUEST", 6)
+        check_call(body, "REQUEST", 6)
     set_msgid, set_version, set_queue, set_headers, set_body = _SET_REQUEST
     cmd = _new(Request)
     set_msgid(cmd, msgid)
@@ -284,11 +284,11 @@ def _decode_schedule_frames(
         expect_count(PROTOCOL, command, frames, 9)
     msgid = _msgid(frames, command)
     queue = text(PROTOCOL, command, frames, 4, "queue name")
-    headers = _decode_headers(frames, command, 5)
+    headers = decode_headers(frames, command, 5)
     interval = _interval(frames, command)
     body = frames[7]
     if dialect.json_bodies:
-        _check_call(body, command, 7)
+        check_call(body, command, 7)
     cron = text(PROTOCOL, command, frames, 8, "cron expression")
     return msgid, queue, headers, interval, body, cron
 
@@ -361,7 +361,7 @@ def decode(frames: Sequence[bytes], dialect: Dialect = SPEC) -> EmqpCommand:
             :class:`FrameValueError` naming the command, the frame and what was expected.
     """
     # Fast path: the envelope every well-formed 1.0 message has.
-    if len(frames) >= 4 and not frames[0] and frames[1] == _V10:
+    if len(frames) >= 4 and not frames[0] and frames[1] == VERSION_FRAME:
         decoder = dialect._decoders.get(frames[2])
         if decoder is not None:
             return decoder(frames, dialect, VERSION)

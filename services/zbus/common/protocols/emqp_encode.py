@@ -31,14 +31,14 @@ from zbus.common.protocols.emqp_commands import (
     Schedule,
     Unschedule,
 )
-from zbus.common.protocols.emqp_decode import _V10, SPEC, Dialect
-from zbus.common.protocols.emqp_eventmq import _check_call, _encode_headers
+from zbus.common.protocols.emqp_decode import SPEC, VERSION_FRAME, Dialect
+from zbus.common.protocols.emqp_eventmq import check_call, encode_headers
 from zbus.common.protocols.errors import FrameValueError, NumberRangeError, UnknownCommandError
 
 __all__ = ["encode"]
 
 _VERSION_TEXT_RE: Final = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9}){0,3}")
-_VERSION_FRAMES: dict[str, bytes] = {VERSION: _V10}
+_VERSION_FRAMES: dict[str, bytes] = {VERSION: VERSION_FRAME}
 
 
 # --------------------------------------------------------------------------- frame helpers
@@ -73,14 +73,14 @@ def _encode_request(cmd: Request, dialect: Dialect) -> list[bytes]:
     if not cmd.msgid:
         _check_id(cmd.msgid, "REQUEST", "message id")
     if dialect.json_bodies:
-        _check_call(cmd.body, "REQUEST", 6)
+        check_call(cmd.body, "REQUEST", 6)
     return [
         b"",
         _VERSION_FRAMES.get(cmd.version) or _new_version_frame(cmd.version, "REQUEST"),
         b"REQUEST",
         cmd.msgid.encode(),
         cmd.queue.encode(),
-        _encode_headers(cmd.headers, "REQUEST"),
+        encode_headers(cmd.headers, "REQUEST"),
         cmd.body,
     ]
 
@@ -190,10 +190,10 @@ def _encode_schedule(cmd: Schedule | Unschedule, dialect: Dialect) -> list[bytes
             got=(cmd.interval, cmd.cron),
         )
     if dialect.json_bodies:
-        _check_call(cmd.body, command, 7)
+        check_call(cmd.body, command, 7)
     frames += (
         cmd.queue.encode(),
-        _encode_headers(cmd.headers, command),
+        encode_headers(cmd.headers, command),
         str(cmd.interval).encode(),
         cmd.body,
         cmd.cron.encode(),

@@ -48,7 +48,7 @@ _HEADERS_EXPECTED: Final = (
     "headers as comma-separated 'name' or 'name:value' items"
     " (no empty name, no empty value after ':')"
 )
-_HEADERS_BY_FRAME: dict[bytes, Headers] = {}
+HEADERS_BY_FRAME: dict[bytes, Headers] = {}
 _FRAME_BY_HEADERS: dict[Headers, bytes] = {}
 
 
@@ -110,24 +110,24 @@ def has_header(headers: Headers, name: str) -> bool:
     return any(key == name for key, _ in headers)
 
 
-def _decode_headers(frames: Sequence[bytes], command: str, index: int) -> Headers:
+def decode_headers(frames: Sequence[bytes], command: str, index: int) -> Headers:
     raw = frames[index]
     # Header texts repeat from message to message ("reply-requested,timeout:10"), so the
     # parsed tuples (immutable, safe to share) are cached by their frame.
-    cached = _HEADERS_BY_FRAME.get(raw)
+    cached = HEADERS_BY_FRAME.get(raw)
     if cached is not None:
         return cached
     headers = _split_headers(text(PROTOCOL, command, frames, index, "headers"))
     if headers is None:
         raise FrameValueError(PROTOCOL, _HEADERS_EXPECTED, command=command, frame=index, got=raw)
     if len(raw) <= _CACHE_FRAME_MAX:
-        if len(_HEADERS_BY_FRAME) >= _CACHE_LIMIT:
-            _HEADERS_BY_FRAME.clear()
-        _HEADERS_BY_FRAME[raw] = headers
+        if len(HEADERS_BY_FRAME) >= _CACHE_LIMIT:
+            HEADERS_BY_FRAME.clear()
+        HEADERS_BY_FRAME[raw] = headers
     return headers
 
 
-def _encode_headers(headers: Headers, command: str) -> bytes:
+def encode_headers(headers: Headers, command: str) -> bytes:
     cached = _FRAME_BY_HEADERS.get(headers)
     if cached is not None:
         return cached
@@ -182,7 +182,7 @@ def _bad_call(body: bytes, command: str, frame: int, problem: str) -> FrameValue
     )
 
 
-def _check_call(body: bytes, command: str, frame: int) -> dict[str, Any]:
+def check_call(body: bytes, command: str, frame: int) -> dict[str, Any]:
     """The call parameters of an eventmq JSON body, or FrameValueError naming the problem."""
     try:
         data = json.loads(body.decode())
@@ -216,7 +216,7 @@ def parse_call_body(body: bytes, command: str = "REQUEST") -> EventmqCall:
     Raises:
         FrameValueError: naming ``command``, its body frame and the problem.
     """
-    params = _check_call(body, command, _BODY_FRAME.get(command, 6))
+    params = check_call(body, command, _BODY_FRAME.get(command, 6))
     return EventmqCall(
         callable=params["callable"],
         path=params["path"],
