@@ -8,7 +8,13 @@ import pytest
 from zbus.common.event_ids import wire_stamp
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
-from zbus.eventbus.client import CHUNK_EVENTS, DialectError, PublishError
+from zbus.eventbus.client import (
+    CHUNK_EVENTS,
+    BusEndpoints,
+    DialectError,
+    EventBusClient,
+    PublishError,
+)
 from zbus.eventbus.client._protocol import ClientProtocol, ConfirmedPublish
 from zbus.eventbus.client._subscription import SubscriptionProtocol
 from zbus.eventbus.core.sync import NOTHING, Actions, SubscriptionCore
@@ -127,3 +133,31 @@ def test_resets_reach_the_user_in_order_with_the_events() -> None:
     sub.take(Actions(reset=True))
     assert sub.delivered == 0
     assert sub.pop() is None and calls == ["r"]
+
+
+def test_a_confirmed_publish_fails_over_round_by_round_then_times_out() -> None:
+    """The flow both shells drive: each unanswered round moves publishing to the next
+    endpoints; after the last, TimeoutError. (Driven by hand: no bus, no waiting.)"""
+    client = EventBusClient(BASES, producer="p")
+    try:
+        flow = client._publishing([("/a", b"x")], True, 1.0)
+        assert flow is not None
+        rounds: list[str] = []
+        with pytest.raises(TimeoutError, match="from any endpoint"):
+            wait = next(flow)
+            while True:
+                assert wait.ms > 0
+                rounds.append(client.endpoints[client._protocol.publishing].collector)
+                wait = flow.send(False)  # the wait timed out
+        assert rounds == [BusEndpoints.from_base(b).collector for b in BASES]
+        assert client._protocol.publishing == 0  # round the ring, back to the first
+    finally:
+        client.close(0)
+
+
+def test_an_unconfirmed_publish_sends_at_once_without_a_flow() -> None:
+    client = EventBusClient(BASES[:1], producer="p")
+    try:
+        assert client._publishing([("/a", b"x")], False, 1.0) is None
+    finally:
+        client.close(0)
