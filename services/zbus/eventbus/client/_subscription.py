@@ -120,7 +120,7 @@ class SubscriptionProtocol:
     def on_stream(self, frames: list[bytes], now: float) -> Actions:
         """A message of the STREAM socket (or, in the plain protocol, the PUBLISHER)."""
         if self.dialect is not None:
-            return self._on_publisher(frames, now)
+            return self._on_plain("publisher", frames, now)
         core = self.core
         assert isinstance(core, SubscriptionCore)
         try:
@@ -144,17 +144,9 @@ class SubscriptionProtocol:
 
     def on_reply(self, frames: list[bytes], now: float) -> Actions:
         """A reply on the SNAPSHOT socket: a page, or the plain protocol's SYNCs."""
-        core = self.core
         if self.dialect is not None:
-            assert isinstance(core, PlainSubscriptionCore)
-            try:
-                answer = eb.decode_snapshot_reply(frames, self.dialect)
-            except ProtocolError as exc:
-                self._malformed("snapshot", exc)
-                return NOTHING
-            if isinstance(answer, eb.SyncEnd):
-                return core.on_sync_end(answer, now)
-            return core.on_sync(answer, now)
+            return self._on_plain("snapshot", frames, now)
+        core = self.core
         assert isinstance(core, SubscriptionCore)
         try:
             reply = ext.decode_snapshot_reply_fast(frames)
@@ -170,17 +162,27 @@ class SubscriptionProtocol:
             return core.fail()
         return core.on_page(reply, now)
 
-    def _on_publisher(self, frames: list[bytes], now: float) -> Actions:
-        """The plain protocol's PUBLISHER socket: BROADCAST or HUGZ."""
-        assert self.dialect is not None and isinstance(self.core, PlainSubscriptionCore)
+    def _on_plain(self, socket: str, frames: list[bytes], now: float) -> Actions:
+        """The plain protocol: SYNC or SYNCEND on the SNAPSHOT socket, BROADCAST or HUGZ
+        on the PUBLISHER."""
+        core, dialect = self.core, self.dialect
+        assert dialect is not None and isinstance(core, PlainSubscriptionCore)
+        message: eb.Broadcast | eb.Heartbeat | eb.Sync | eb.SyncEnd
         try:
-            message = eb.decode_publisher(frames, self.dialect)
+            if socket == "publisher":
+                message = eb.decode_publisher(frames, dialect)
+            else:
+                message = eb.decode_snapshot_reply(frames, dialect)
         except ProtocolError as exc:
-            self._malformed("publisher", exc)
+            self._malformed(socket, exc)
             return NOTHING
+        if isinstance(message, eb.Broadcast):
+            return core.on_broadcast(message, now)
         if isinstance(message, eb.Heartbeat):
-            return self.core.on_heartbeat(message.sequence, now)
-        return self.core.on_broadcast(message, now)
+            return core.on_heartbeat(message.sequence, now)
+        if isinstance(message, eb.SyncEnd):
+            return core.on_sync_end(message, now)
+        return core.on_sync(message, now)
 
     def _malformed(self, socket: str, exc: ProtocolError) -> None:
         self.malformed += 1
