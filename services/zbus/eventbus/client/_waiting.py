@@ -14,10 +14,9 @@ timed out (False); :func:`run` and :func:`run_async` drive it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import weakref
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple, TypeAlias, TypeVar, cast
 
 import zmq
@@ -59,7 +58,7 @@ _WAITERS: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
-def _wake(waiters: set[asyncio.Future[None]]) -> None:
+def _wake(waiters: Iterable[asyncio.Future[None]]) -> None:
     for future in waiters:
         if not future.done():
             future.set_result(None)
@@ -99,10 +98,12 @@ async def wait_async(sockets: Sockets, events: int, ms: int) -> bool:
                 waiters = table[fd] = set()
                 loop.add_reader(fd, _wake, waiters)
             waiters.add(future)
+        timer = None if left is None else loop.call_later(left, _wake, (future,))
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(future, left)
+            await future
         finally:
+            if timer is not None:
+                timer.cancel()
             for fd in fds:
                 waiters = table.get(fd)
                 if waiters is not None:
