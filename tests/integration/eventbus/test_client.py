@@ -7,10 +7,11 @@ own loop keeps running; the async client runs on the test's loop beside the bus.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,36 @@ async def acollect(sub: AsyncSubscription, n: int, within: float = 5.0) -> list[
 
 def pairs(events: list[Event]) -> list[tuple[int, str]]:
     return [(e.seq, e.topic) for e in events]
+
+
+# Both shells behind one awaited API, so that one test covers both: the blocking client
+# runs in a worker thread, the asyncio one on the test's loop.
+SHELLS = pytest.mark.parametrize("shell", ["blocking", "asyncio"])
+
+
+@contextlib.asynccontextmanager
+async def shell_client(shell: str, endpoints: BusEndpoints, **options: Any) -> AsyncIterator[Any]:
+    if shell == "blocking":
+        c = EventBusClient(endpoints, producer="t", **options)
+        try:
+            yield c
+        finally:
+            await asyncio.to_thread(c.close, 0)
+    else:
+        async with AsyncEventBusClient(endpoints, producer="t", **options) as ac:
+            yield ac
+
+
+async def on(shell: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``: in a thread for the blocking shell, awaited for the asyncio one."""
+    if shell == "blocking":
+        return await asyncio.to_thread(call, *args)
+    return await call(*args)
+
+
+async def shell_collect(shell: str, sub: Any, n: int) -> list[Event]:
+    events: list[Event] = await on(shell, collect if shell == "blocking" else acollect, sub, n)
+    return events
 
 
 def items(prefix: str, n: int, topics: int, width: int = 1) -> list[tuple[str, Any]]:
@@ -462,18 +493,19 @@ def logged(n: int) -> ext.SequencedEvent:
     return ext.SequencedEvent(n, *row(n))
 
 
-async def test_a_gap_in_the_stream_is_repaired_from_the_log() -> None:
+@SHELLS
+async def test_a_gap_in_the_stream_is_repaired_from_the_log(shell: str) -> None:
     fake = FakeBus()
     try:
-        async with AsyncEventBusClient(fake.endpoints, producer="t") as c:
-            sub = await c.subscribe("/t/")
+        async with shell_client(shell, fake.endpoints) as c:
+            sub = await on(shell, c.subscribe, "/t/")
             ident, q = await fake.query()
             await fake.joined()
             await fake.answer(ident, ext.SnapshotPage((), None, 0))
             await fake.stream.send_multipart(batch(1, row(1)))
-            assert pairs(await acollect(sub, 1)) == [(1, "/t/1")]
+            assert pairs(await shell_collect(shell, sub, 1)) == [(1, "/t/1")]
             await fake.stream.send_multipart(batch(4, row(4)))  # 2 and 3 never came
-            waiting = asyncio.ensure_future(acollect(sub, 4))
+            waiting = asyncio.ensure_future(shell_collect(shell, sub, 4))
             ident, q = await fake.query()
             assert q == ext.SnapshotQuery(("/t/",), 1, None, "log", 1000)
             await fake.stream.send_multipart(batch(5, row(5)))  # buffered meanwhile
@@ -481,23 +513,24 @@ async def test_a_gap_in_the_stream_is_repaired_from_the_log() -> None:
             page = ext.SnapshotPage(tuple(logged(n) for n in (2, 3, 4, 5)), None, 5)
             await fake.answer(ident, page)
             assert pairs(await waiting) == [(2, "/t/2"), (3, "/t/3"), (4, "/t/4"), (5, "/t/5")]
-            assert await sub.next(0.1) is None  # the stream's 4 and 5 were dropped
+            assert await on(shell, sub.next, 0.1) is None  # the stream's 4 and 5 were dropped
             assert sub.repaired == 4 and sub.duplicates == 2 and sub.last == 5
     finally:
         fake.close()
 
 
-async def test_malformed_messages_are_dropped_and_counted() -> None:
+@SHELLS
+async def test_malformed_messages_are_dropped_and_counted(shell: str) -> None:
     fake = FakeBus()
     try:
-        async with AsyncEventBusClient(fake.endpoints, producer="t", heartbeat_interval=0.2) as c:
-            sub = await c.subscribe()
+        async with shell_client(shell, fake.endpoints, heartbeat_interval=0.2) as c:
+            sub = await on(shell, c.subscribe)
             ident, q = await fake.query()
             assert q.mode == "latest"
             await fake.joined()
             await fake.router.send_multipart([ident, ext.PAGE, b"\xc1"])  # not msgpack
             # Left unanswered, the query times out: the client reconnects, asks again.
-            next_event = asyncio.ensure_future(sub.next(5 * UNIT))
+            next_event = asyncio.ensure_future(on(shell, sub.next, 5 * UNIT))
             ident, q = await fake.query()
             await fake.joined()
             await fake.answer(ident, ext.SnapshotPage((), None, 0))

@@ -283,6 +283,36 @@ def test_the_bus_killed_9_and_restarted_mid_stream_keeps_exactly_once(tmp_path: 
     assert [u for _, u in got] == first + second
 
 
+# ------------------------------------------------- both shells start the same way
+@pytest.mark.parametrize("shell", ["blocking", "asyncio"])
+async def test_both_subscribers_subscribe_when_they_are_made(tmp_path: Path, shell: str) -> None:
+    """Made, and not asked for anything yet: the bus knows the subscriber, and a message
+    published meanwhile is the first one taken, by either shell."""
+    name = f"made-{shell}"
+    async with running_bus(tmp_path / "bus", pppp_port=0, **BUS_TIMES) as bus:
+        endpoint, uuids = bus.endpoints["pppp"], new_uuids(1)
+        if shell == "blocking":
+            sub: PPPPSubscriber | AsyncPPPPSubscriber = PPPPSubscriber(
+                endpoint, "/m/", name=name, **TIMES
+            )
+        else:
+            sub = AsyncPPPPSubscriber(endpoint, "/m/", name=name, **TIMES)
+
+        async def known() -> bool:
+            return subscriber_state(bus, name) is not None
+
+        await async_wait_for(known, what="the bus to know the subscriber")
+        async with AsyncEventBusClient(BusEndpoints.from_info(bus.endpoints), producer="t") as c:
+            await apublish(c, "/m/x", uuids)
+        if isinstance(sub, PPPPSubscriber):
+            msg = await asyncio.to_thread(sub.next, 30 * UNIT)
+            sub.close()
+        else:
+            msg = await sub.next(timeout=30 * UNIT)
+            await sub.aclose()
+    assert msg is not None and msg.uuid == uuids[0]
+
+
 # ------------------------------------------------------------ CUSTOM, asyncio
 async def test_custom_reaches_an_event_bus_subscriber(tmp_path: Path) -> None:
     async with running_bus(tmp_path / "bus", pppp_port=0, **BUS_TIMES) as bus:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zbus import PositionStore, PositionStoreError, PPPPSubscriber, SQLitePositionStore
-from zbus.eventbus.client.pppp_base import check_name
+from zbus.eventbus.client._pppp_shell import check_name
 
 
 def test_positions_survive_reopening_and_never_move_back(tmp_path: Path) -> None:

@@ -17,12 +17,16 @@ With ``compat="spec"`` or ``compat="node"`` the clients keep to the plain protoc
 buses that speak nothing else (the Node.js reference bus): spec PUBs, SYNCSTART and the
 PUBLISHER socket, no confirms (:class:`~zbus.eventbus.core.plain_sync.PlainSubscriptionCore`).
 
-The parts, all re-exported here (import from this module):
+Each client is written once: its logic is sans-I/O (the subscription and PPPP cores in
+:mod:`zbus.eventbus.core`, and the client's own in the private modules ``_protocol``,
+``_subscription`` and ``_outbox``), the steps between two waits are shared by both shells
+(``_shell``, ``_pppp_shell``), and the blocking and asyncio classes differ only in how
+they wait (``_waiting``). The public parts, all re-exported here (import from this
+module):
 
-- :mod:`zbus.eventbus.client.common`: :class:`BusEndpoints`, :class:`PublishError`,
-  :class:`DialectError` and the outbox that builds ``ZB-PUB`` batches (or spec PUBs)
-  and matches their confirms;
-- :mod:`zbus.eventbus.client.base`: what both clients and their subscriptions share;
+- :mod:`zbus.eventbus.client.endpoints`: :class:`BusEndpoints`;
+- :mod:`zbus.eventbus.client.errors`: :class:`PublishError`, :class:`DialectError`,
+  :class:`PPPPError`;
 - :mod:`zbus.eventbus.client.blocking`: :class:`EventBusClient`, :class:`Subscription`;
 - :mod:`zbus.eventbus.client.asyncio`: :class:`AsyncEventBusClient`,
   :class:`AsyncSubscription`;
@@ -36,17 +40,18 @@ The parts, all re-exported here (import from this module):
 """
 
 from zbus.common.positions import PositionStore, PositionStoreError, SQLitePositionStore
+from zbus.eventbus.client._outbox import CHUNK_BYTES as CHUNK_BYTES
+from zbus.eventbus.client._outbox import CHUNK_EVENTS as CHUNK_EVENTS
+from zbus.eventbus.client._outbox import Item as Item
+from zbus.eventbus.client._protocol import Compat as Compat
 from zbus.eventbus.client.asyncio import AsyncEventBusClient, AsyncSubscription
 from zbus.eventbus.client.blocking import EventBusClient, Subscription
-from zbus.eventbus.client.common import CHUNK_BYTES as CHUNK_BYTES
-from zbus.eventbus.client.common import CHUNK_EVENTS as CHUNK_EVENTS
-from zbus.eventbus.client.common import BusEndpoints, DialectError, PublishError
-from zbus.eventbus.client.common import Compat as Compat
-from zbus.eventbus.client.common import EndpointsArg as EndpointsArg
-from zbus.eventbus.client.common import Item as Item
+from zbus.eventbus.client.endpoints import BusEndpoints
+from zbus.eventbus.client.endpoints import EndpointsArg as EndpointsArg
+from zbus.eventbus.client.errors import DialectError, PPPPError, PublishError
 from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
 from zbus.eventbus.client.mc0 import Mc0Client, Mc0Error, Mc0Message
-from zbus.eventbus.client.pppp import PPPPError, PPPPMessage, PPPPSubscriber
+from zbus.eventbus.client.pppp import PPPPMessage, PPPPSubscriber
 from zbus.eventbus.client.pppp_asyncio import AsyncPPPPSubscriber
 from zbus.eventbus.core.sync import Event
 

@@ -1,113 +1,49 @@
-"""The asyncio event bus client (``zmq.asyncio``): :class:`AsyncEventBusClient`."""
+"""The asyncio event bus client (``zmq.asyncio``): :class:`AsyncEventBusClient` and its
+:class:`AsyncSubscription`.
+
+A shell: the same logic and non-blocking moves as the blocking client
+(:mod:`zbus.eventbus.client._shell`); this module awaits where they wait.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 import zmq
 import zmq.asyncio
 
-from zbus.common.security import KeyPair
-from zbus.eventbus.client.base import _READS_PER_WAKE, _Base, _SubscriptionBase
-from zbus.eventbus.client.common import Compat, EndpointsArg, Item
-from zbus.eventbus.core.sync import NOTHING, Actions, Event
+from zbus.eventbus.client._iteration import AsyncItems
+from zbus.eventbus.client._outbox import Item
+from zbus.eventbus.client._shell import ClientShell, SubscriptionShell
+from zbus.eventbus.client._waiting import run_async, wait_async
+from zbus.eventbus.core.sync import Event
 
 __all__ = ["AsyncEventBusClient", "AsyncSubscription"]
 
+_POLLIN = int(zmq.POLLIN)
 
-class AsyncSubscription(_SubscriptionBase[zmq.asyncio.Socket]):
+
+class AsyncSubscription(SubscriptionShell, AsyncItems[Event]):
     """An async iterator of :class:`Event`; see :class:`Subscription`."""
-
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self
-
-    async def __anext__(self) -> Event:
-        event = await self.next()
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-
-    async def _start(self) -> None:
-        await self._act(self._core.start(time.monotonic()))
 
     # The timeout parameters mirror the blocking client's API.
     async def next(self, timeout: float | None = None) -> Event | None:  # noqa: ASYNC109
         """The next event; None when ``timeout`` seconds pass first or once closed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._ready:
-                event = self._pop()
-                if event is not None:
-                    return event
-            if self._closed:
-                return None
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return None
-            if not await self._read():
-                poller = zmq.asyncio.Poller()
-                poller.register(self._stream, zmq.POLLIN)
-                poller.register(self._snap, zmq.POLLIN)
-                if self._monitor is not None:
-                    poller.register(self._monitor, zmq.POLLIN)
-                await poller.poll(self._wait_ms(deadline, now))
-                await self._read()
-            await self._act(self._core.tick(time.monotonic()))
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        step = self._step(deadline, False)
+        while type(step) is int:
+            await wait_async(self._waiting(), _POLLIN, step)
+            step = self._step(deadline, True)
+        assert not isinstance(step, int)
+        return step
 
-    async def _read(self) -> bool:
-        got = False
-        stream = self._stream
-        for _ in range(_READS_PER_WAKE):
-            try:
-                frames = await stream.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            got = True
-            await self._act(self._stream_actions(frames, time.monotonic()))
-            if stream is not self._stream:
-                return True
-        monitor = self._monitor
-        while monitor is not None:
-            try:
-                frames = await monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            await self._act(self._connected_actions(frames, time.monotonic()))
-            if monitor is not self._monitor:
-                return True
-        snap = self._snap
-        while True:
-            try:
-                frames = await snap.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return got
-            got = True
-            await self._act(self._reply_actions(frames, time.monotonic()))
-            if snap is not self._snap:
-                return True
-
-    async def _act(self, actions: Actions) -> None:
-        if actions is NOTHING:
-            return
-        self._queue(actions)
-        if actions.query is not None:
-            with contextlib.suppress(zmq.Again):
-                await self._snap.send_multipart(self._encode_query(actions.query), zmq.NOBLOCK)
-        if actions.failover and not self._closed:
-            await self._act(self._fail_over())
+    async def _finish(self) -> None:
+        self.close()
 
 
-class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
+class AsyncEventBusClient(ClientShell[zmq.asyncio.Context]):
     """The asyncio client: :class:`EventBusClient`'s API, awaited.
 
     Args:
@@ -129,21 +65,9 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         ConfigError: a ``curve`` key pair without its secret key.
     """
 
-    def __init__(
-        self,
-        endpoints: EndpointsArg,
-        *,
-        producer: str,
-        heartbeat_interval: float = 1.0,
-        misses: int = 3,
-        context: zmq.asyncio.Context | None = None,
-        curve: tuple[KeyPair, bytes] | None = None,
-        compat: Compat = "zbus",
-    ) -> None:
-        ctx = context if context is not None else zmq.asyncio.Context()
-        super().__init__(
-            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve, compat
-        )
+    @classmethod
+    def _new_context(cls) -> zmq.asyncio.Context:
+        return zmq.asyncio.Context()
 
     async def __aenter__(self) -> Self:
         return self
@@ -165,9 +89,8 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         on_reset: Callable[[], None] | None = None,
     ) -> AsyncSubscription:
         """See :meth:`EventBusClient.subscribe`."""
-        sub = AsyncSubscription(self, self._core(subtrees, since, page_limit), on_reset)
-        await sub._start()
-        return sub
+        core = self._subscription_core(subtrees, since, page_limit)
+        return AsyncSubscription(self, core, on_reset)
 
     async def publish(
         self,
@@ -179,7 +102,8 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         uuid: str | None = None,
     ) -> int | None:
         """See :meth:`EventBusClient.publish`."""
-        seqs = await self._publish(self._items(topic, data, uuid), confirm, timeout)
+        flow = self._publishing(self._protocol.items(topic, data, uuid), confirm, timeout)
+        seqs = None if flow is None else await run_async(flow)
         return None if seqs is None else seqs[0]
 
     async def publish_many(
@@ -190,49 +114,5 @@ class AsyncEventBusClient(_Base[zmq.asyncio.Socket]):
         timeout: float = 5.0,  # noqa: ASYNC109
     ) -> list[int] | None:
         """See :meth:`EventBusClient.publish_many`."""
-        return await self._publish(items, confirm, timeout)
-
-    async def _publish(self, items: Iterable[Item], confirm: bool, wait: float) -> list[int] | None:
-        outbox = self._outbox
-        if self.dialect is not None:
-            messages = self._plain_frames(items, confirm)
-            sock = self._publisher(wait)
-            try:
-                for frames in messages:
-                    await sock.send_multipart(frames)
-            except zmq.Again:
-                raise TimeoutError(f"the bus took nothing for {wait:g} s") from None
-            return None
-        chunks = outbox.chunks(items)
-        if not confirm:
-            sock = self._publisher(wait)
-            try:
-                for rows in chunks:
-                    await sock.send_multipart(outbox.frames(rows, False))
-            except zmq.Again:
-                raise TimeoutError(f"the bus took nothing for {wait:g} s") from None
-            return None
-        seqs: dict[str, int] = {}
-        for _ in self.endpoints:
-            if await self._confirm_round(outbox.unconfirmed(chunks, seqs), seqs, wait):
-                return outbox.sequences(chunks, seqs)
-            self._rotate_publisher()
-        raise TimeoutError(f"no confirmation within {wait:g} s from any endpoint")
-
-    async def _confirm_round(
-        self, chunks: list[list[list[Any]]], seqs: dict[str, int], wait: float
-    ) -> bool:
-        deadline = time.monotonic() + wait
-        sock = self._publisher(wait)
-        try:
-            for rows in chunks:
-                await sock.send_multipart(self._outbox.frames(rows, True))
-        except zmq.Again:
-            return False
-        wanted = {r[3] for rows in chunks for r in rows}
-        while not wanted <= seqs.keys():
-            left = deadline - time.monotonic()
-            if left <= 0 or not await sock.poll(int(left * 1000) + 1):
-                return False
-            self._outbox.take_reply(await sock.recv_multipart(), seqs)
-        return True
+        flow = self._publishing(items, confirm, timeout)
+        return None if flow is None else await run_async(flow)

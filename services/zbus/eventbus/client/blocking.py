@@ -1,113 +1,43 @@
-"""The blocking event bus client: :class:`EventBusClient` and its :class:`Subscription`."""
+"""The blocking event bus client: :class:`EventBusClient` and its :class:`Subscription`.
+
+A shell: the logic is in :mod:`zbus.eventbus.client._protocol` and
+:mod:`zbus.eventbus.client._subscription` (sans-I/O) and the non-blocking moves in
+:mod:`zbus.eventbus.client._shell`; this module blocks where they wait.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 import zmq
 
-from zbus.common.security import KeyPair
-from zbus.eventbus.client.base import _READS_PER_WAKE, _Base, _SubscriptionBase
-from zbus.eventbus.client.common import Compat, EndpointsArg, Item
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionLogic
+from zbus.eventbus.client._iteration import Items
+from zbus.eventbus.client._outbox import Item
+from zbus.eventbus.client._shell import ClientShell, SubscriptionShell
+from zbus.eventbus.client._waiting import run, wait
+from zbus.eventbus.core.sync import Event
 
 __all__ = ["EventBusClient", "Subscription"]
 
+_POLLIN = int(zmq.POLLIN)
 
-class Subscription(_SubscriptionBase["zmq.Socket[Any]"]):
+
+class Subscription(SubscriptionShell, Items[Event]):
     """An iterator of :class:`Event`: snapshot first, then live, with no gap or duplicate."""
-
-    def __init__(
-        self, client: EventBusClient, core: SubscriptionLogic, on_reset: Callable[[], None] | None
-    ) -> None:
-        super().__init__(client, core, on_reset)
-        self._act(core.start(time.monotonic()))
-
-    def __iter__(self) -> Iterator[Event]:
-        return self
-
-    def __next__(self) -> Event:
-        event = self.next()
-        if event is None:
-            raise StopIteration
-        return event
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def next(self, timeout: float | None = None) -> Event | None:
         """The next event; None when ``timeout`` seconds pass first or once closed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._ready:
-                event = self._pop()
-                if event is not None:
-                    return event
-            if self._closed:
-                return None
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return None
-            if not self._read():
-                socks = [self._stream, self._snap]
-                if self._monitor is not None:
-                    socks.append(self._monitor)
-                zmq.select(socks, [], [], self._wait_ms(deadline, now) / 1000)
-                self._read()
-            self._act(self._core.tick(time.monotonic()))
-
-    def _read(self) -> bool:
-        """Take what has arrived on both sockets, without waiting; True if anything."""
-        got = False
-        stream = self._stream
-        for _ in range(_READS_PER_WAKE):
-            try:
-                frames = stream.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            got = True
-            self._act(self._stream_actions(frames, time.monotonic()))
-            if stream is not self._stream:
-                return True  # failed over: these sockets are gone
-        monitor = self._monitor
-        while monitor is not None:
-            try:
-                frames = monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            self._act(self._connected_actions(frames, time.monotonic()))
-            if monitor is not self._monitor:
-                return True
-        snap = self._snap
-        while True:
-            try:
-                frames = snap.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return got
-            got = True
-            self._act(self._reply_actions(frames, time.monotonic()))
-            if snap is not self._snap:
-                return True
-
-    def _act(self, actions: Actions) -> None:
-        if actions is NOTHING:
-            return
-        self._queue(actions)
-        if actions.query is not None:
-            # Unanswered, a query times out and the subscription fails over.
-            with contextlib.suppress(zmq.Again):
-                self._snap.send_multipart(self._encode_query(actions.query), zmq.NOBLOCK)
-        if actions.failover and not self._closed:
-            self._act(self._fail_over())
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        step = self._step(deadline, False)
+        while type(step) is int:
+            wait(self._waiting(), _POLLIN, step)
+            step = self._step(deadline, True)
+        assert not isinstance(step, int)
+        return step
 
 
-class EventBusClient(_Base["zmq.Socket[Any]"]):
+class EventBusClient(ClientShell["zmq.Context[Any]"]):
     """A blocking client of one bus, or of a primary and its backups in order.
 
     Args:
@@ -135,21 +65,9 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
         ConfigError: a ``curve`` key pair without its secret key.
     """
 
-    def __init__(
-        self,
-        endpoints: EndpointsArg,
-        *,
-        producer: str,
-        heartbeat_interval: float = 1.0,
-        misses: int = 3,
-        context: zmq.Context[Any] | None = None,
-        curve: tuple[KeyPair, bytes] | None = None,
-        compat: Compat = "zbus",
-    ) -> None:
-        ctx = context if context is not None else zmq.Context()
-        super().__init__(
-            endpoints, producer, heartbeat_interval, misses, ctx, context is None, curve, compat
-        )
+    @classmethod
+    def _new_context(cls) -> zmq.Context[Any]:
+        return zmq.Context()
 
     def __enter__(self) -> Self:
         return self
@@ -176,7 +94,7 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
         with every event after it, as the RFC's SYNCSTART does (not only the latest of
         each topic), and ``page_limit`` does not apply.
         """
-        return Subscription(self, self._core(subtrees, since, page_limit), on_reset)
+        return Subscription(self, self._subscription_core(subtrees, since, page_limit), on_reset)
 
     def publish(
         self,
@@ -200,7 +118,8 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
             PublishError: the bus refused the event.
             DialectError: ``confirm`` in the plain protocol (``compat`` not ``"zbus"``).
         """
-        seqs = self._publish(self._items(topic, data, uuid), confirm, timeout)
+        flow = self._publishing(self._protocol.items(topic, data, uuid), confirm, timeout)
+        seqs = None if flow is None else run(flow)
         return None if seqs is None else seqs[0]
 
     def publish_many(
@@ -211,49 +130,5 @@ class EventBusClient(_Base["zmq.Socket[Any]"]):
         With ``confirm``, every batch is sent before any confirm is awaited, and the
         sequences come back in item order. ``timeout`` bounds each endpoint's turn.
         """
-        return self._publish(items, confirm, timeout)
-
-    def _publish(self, items: Iterable[Item], confirm: bool, wait: float) -> list[int] | None:
-        outbox = self._outbox
-        if self.dialect is not None:
-            messages = self._plain_frames(items, confirm)
-            sock = self._publisher(wait)
-            try:
-                for frames in messages:
-                    sock.send_multipart(frames)
-            except zmq.Again:
-                raise TimeoutError(f"the bus took nothing for {wait:g} s") from None
-            return None
-        chunks = outbox.chunks(items)
-        if not confirm:
-            sock = self._publisher(wait)
-            try:
-                for rows in chunks:
-                    sock.send_multipart(outbox.frames(rows, False))
-            except zmq.Again:
-                raise TimeoutError(f"the bus took nothing for {wait:g} s") from None
-            return None
-        seqs: dict[str, int] = {}
-        for _ in self.endpoints:
-            if self._confirm_round(outbox.unconfirmed(chunks, seqs), seqs, wait):
-                return outbox.sequences(chunks, seqs)
-            self._rotate_publisher()
-        raise TimeoutError(f"no confirmation within {wait:g} s from any endpoint")
-
-    def _confirm_round(
-        self, chunks: list[list[list[Any]]], seqs: dict[str, int], wait: float
-    ) -> bool:
-        deadline = time.monotonic() + wait
-        sock = self._publisher(wait)
-        try:
-            for rows in chunks:
-                sock.send_multipart(self._outbox.frames(rows, True))
-        except zmq.Again:
-            return False
-        wanted = {r[3] for rows in chunks for r in rows}
-        while not wanted <= seqs.keys():
-            left = deadline - time.monotonic()
-            if left <= 0 or not sock.poll(int(left * 1000) + 1, zmq.POLLIN):
-                return False
-            self._outbox.take_reply(sock.recv_multipart(), seqs)
-        return True
+        flow = self._publishing(items, confirm, timeout)
+        return None if flow is None else run(flow)

@@ -10,7 +10,7 @@ import zmq
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.security import KeyPair, check_client, make_client
 from zbus.errors import ZbusError
-from zbus.eventbus.client.common import BusEndpoints
+from zbus.eventbus.client.endpoints import BusEndpoints
 from zbus.eventbus.core.sync import Event, check_subtrees
 
 __all__ = ["LogPage", "LogQueryError", "LogReader"]

@@ -15,7 +15,6 @@ MESSAGEs that arrive while it waits for an OK are kept, in order, for :meth:`nex
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid as uuidlib
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -24,6 +23,7 @@ from typing import Any, Self
 
 import zmq
 
+from zbus.common.clock import Clock, SystemClock
 from zbus.common.protocols import mc0
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.security import KeyPair, check_client, make_client
@@ -98,6 +98,8 @@ class Mc0Client:
         self.dialect = mc0.CONNECTOR if delimiter else mc0.SPEC
         self.topics: set[str] = set()
         self.reconnects = 0
+        #: The clock the client measures time with (the system's).
+        self.clock: Clock = SystemClock()
         #: ERRORs the bus sent unasked (e.g. for a PUT without confirm), newest last.
         self.errors: deque[Mc0Error] = deque(maxlen=100)
         self._own_ctx = context is None
@@ -132,7 +134,7 @@ class Mc0Client:
         """
         params = (("TTL", str(round(self.ttl * 1000))), ("VERSION", VERSION))
         self._request(lambda ident: mc0.Connect(params, ident))
-        self._live.reset(time.monotonic())
+        self._live.reset(self.clock.monotonic())
 
     def subscribe(self, *topics: str) -> None:
         """SUB: events on these topics come as messages. A topic that is empty or ends
@@ -175,9 +177,9 @@ class Mc0Client:
     def next(self, timeout: float | None = None) -> Mc0Message | None:
         """The next message; None when ``timeout`` seconds pass first. Heartbeats and
         the renewal of a lost session happen while it waits."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
         while not self._inbox:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if deadline is not None and now >= deadline:
                 return None
             self._keep_alive(now)
@@ -225,15 +227,15 @@ class Mc0Client:
             self._sock.send_multipart(mc0.encode(cmd, self.dialect), zmq.NOBLOCK)
         except zmq.Again:
             raise TimeoutError("the bus takes nothing from this client now") from None
-        self._live.sent(time.monotonic())
+        self._live.sent(self.clock.monotonic())
 
     def _request(self, make: Any) -> None:
         """Send ``make(id)`` with a new ID and wait for its OK (or ERROR)."""
         ident = str(uuidlib.uuid4())
         self._send(make(ident))
-        deadline = time.monotonic() + self.timeout
+        deadline = self.clock.monotonic() + self.timeout
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no answer from the mc0 bus within {self.timeout:g} s")
             answer = self._read(left, ident)
@@ -251,7 +253,7 @@ class Mc0Client:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return None
-            self._live.heard(time.monotonic())
+            self._live.heard(self.clock.monotonic())
             try:
                 cmd = mc0.decode(frames, self.dialect)
             except ProtocolError as exc:

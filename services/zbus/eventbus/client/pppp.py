@@ -4,7 +4,9 @@ It subscribes to channels (topic prefixes) of the event bus's PPPP door and hand
 application every message of each channel exactly once, in order: it drops
 duplicates, NACKs what is missing, ACKs in batches what the application is done with,
 heartbeats, and subscribes again when the bus goes silent (a restart). The rules are
-those of the sans-I/O :class:`~zbus.eventbus.core.pppp_subscriber.SubscriberCore`.
+those of the sans-I/O :class:`~zbus.eventbus.core.pppp_subscriber.SubscriberCore`; the
+steps around them are shared with the asyncio subscriber
+(:mod:`zbus.eventbus.client._pppp_shell`), and this module blocks where they wait.
 
 A subscriber belongs to one thread at a time, and talks to the bus only while one of
 its methods runs: an application that keeps a message longer than ``misses x idle``
@@ -14,26 +16,24 @@ period; the next call subscribes again and the bus resumes from the last ACK.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator
-from typing import Any, Self
+from typing import Any
 
 import zmq
 
-from zbus.common.positions import PositionStore
-from zbus.common.security import KeyPair
-from zbus.eventbus.client.pppp_base import _READS_PER_WAKE, PPPPError, _PPPPBase
+from zbus.eventbus.client._iteration import Items
+from zbus.eventbus.client._pppp_shell import SubscriberShell
+from zbus.eventbus.client._waiting import wait
+from zbus.eventbus.client.errors import PPPPError
 from zbus.eventbus.core.pppp_channel import PPPPMessage
-from zbus.eventbus.core.pppp_subscriber import NOTHING, Actions, SubscriberSettings
 
 __all__ = ["PPPPError", "PPPPMessage", "PPPPSubscriber"]
 
-_NOBLOCK = int(zmq.NOBLOCK)
-_RCVMORE = int(zmq.RCVMORE)
+_POLLIN = int(zmq.POLLIN)
 
 
-class PPPPSubscriber(_PPPPBase["zmq.Socket[Any]"]):
-    """A blocking PPPP subscriber: an iterator of :class:`PPPPMessage`.
+class PPPPSubscriber(SubscriberShell["zmq.Context[Any]"], Items[PPPPMessage]):
+    """A blocking PPPP subscriber: an iterator of :class:`PPPPMessage`. It subscribes
+    when it is made.
 
     Args:
         endpoint: the bus's PPPP door, e.g. ``tcp://127.0.0.1:5560``.
@@ -60,58 +60,9 @@ class PPPPSubscriber(_PPPPBase["zmq.Socket[Any]"]):
         ConfigError: a ``curve`` key pair without its secret key.
     """
 
-    def __init__(
-        self,
-        endpoint: str,
-        channels: Iterable[str] | str,
-        *,
-        name: str | None = None,
-        ack_every: int = 100,
-        first_idle: float = 0.1,
-        idle: float = 1.0,
-        misses: int = 4,
-        store: PositionStore | None = None,
-        max_held: int = 10_000,
-        max_held_bytes: int = 64 * 1024 * 1024,
-        max_sync_bytes: int = 256 * 1024 * 1024,
-        curve: tuple[KeyPair, bytes] | None = None,
-        context: zmq.Context[Any] | None = None,
-    ) -> None:
-        settings = SubscriberSettings(
-            ack_every, first_idle, idle, misses, max_held, max_held_bytes, max_sync_bytes
-        )
-        ctx = context if context is not None else zmq.Context()
-        try:
-            super().__init__(
-                endpoint,
-                channels,
-                name=name,
-                settings=settings,
-                store=store,
-                curve=curve,
-                ctx=ctx,
-                own_ctx=context is None,
-            )
-        except BaseException:
-            if context is None:
-                ctx.term()
-            raise
-        self._act(self._core.start(self._now()))
-
-    def __iter__(self) -> Iterator[PPPPMessage]:
-        return self
-
-    def __next__(self) -> PPPPMessage:
-        msg = self.next()
-        if msg is None:
-            raise StopIteration
-        return msg
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @classmethod
+    def _new_context(cls) -> zmq.Context[Any]:
+        return zmq.Context()
 
     def next(self, timeout: float | None = None) -> PPPPMessage | None:
         """The next message; None when ``timeout`` seconds pass first or once closed.
@@ -122,25 +73,13 @@ class PPPPSubscriber(_PPPPBase["zmq.Socket[Any]"]):
         Raises:
             PPPPError: the subscription cannot go on.
         """
-        now = self._now()
-        self._act(self._finish_taken(now))
-        core = self._core
-        deadline = None if timeout is None else now + timeout
-        while True:
-            if now >= core.wake:
-                self._read()
-                self._act(core.tick(now))
-            if self._ready:
-                return self._take()
-            self._check_failure()
-            if self._closed:
-                return None
-            if deadline is not None and now >= deadline:
-                return None
-            if not self._read():
-                self._sock.poll(self._wait_ms(deadline, now), zmq.POLLIN)
-                self._read()
-            now = self._now()
+        deadline = self._begin(timeout)
+        step = self._step(deadline, False)
+        while type(step) is int:
+            wait((self._sock,), _POLLIN, step)
+            step = self._step(deadline, True)
+        assert not isinstance(step, int)
+        return step
 
     def custom(self, *frames: bytes) -> None:
         """Send CUSTOM with ``frames`` as its payload: the bus publishes it as an event on
@@ -150,50 +89,10 @@ class PPPPSubscriber(_PPPPBase["zmq.Socket[Any]"]):
             TimeoutError: the bus takes nothing from this subscriber now.
             RuntimeError: the subscriber is closed.
         """
-        if self._closed:
-            raise RuntimeError("the subscriber is closed")
-        payload = [bytes(f) for f in frames]
-        try:
-            self._sock.send_multipart(self._core.custom(payload, self._now()), zmq.NOBLOCK)
-        except zmq.Again:
-            raise TimeoutError("the bus takes nothing from this subscriber now") from None
+        self._custom(frames)
 
     def close(self) -> None:
         """ACK what the application is done with (the last message taken included), then
         close the socket, and the context if it is ours."""
-        if self._closed:
-            return
-        now = self._now()
-        self._act(self._finish_taken(now))
-        self._act(self._core.flush(now))
-        self._closed = True
-        self._sock.close(linger=200)  # the last ACK gets a moment to leave
-        if self._own_ctx:
+        if self._shut() and self._own_ctx:
             self._ctx.term()
-
-    def _read(self) -> bool:
-        """Take what has arrived, without waiting; True if anything did."""
-        sock, core = self._sock, self._core
-        # recv and RCVMORE by hand, with plain int flags: a fifth less per message than
-        # recv_multipart (PUBLISH has eight frames).
-        recv, get = sock.recv, sock.get
-        for n in range(_READS_PER_WAKE):
-            try:
-                frames = [recv(_NOBLOCK)]
-            except zmq.Again:
-                return n > 0
-            while get(_RCVMORE):
-                frames.append(recv(_NOBLOCK))
-            actions = core.on_frames(frames, self._now())
-            if actions is not NOTHING:
-                self._act(actions)
-        return True
-
-    def _act(self, actions: Actions) -> None:
-        if actions is NOTHING:
-            return
-        for frames in self._queue(actions):
-            # A frame the bus does not take now is as good as lost: the protocol
-            # repairs both (an ACK comes again, a SUBSCRIBE is sent again).
-            with contextlib.suppress(zmq.Again):
-                self._sock.send_multipart(frames, zmq.NOBLOCK)

@@ -1,0 +1,56 @@
+"""Where a bus is: :class:`BusEndpoints`, the four sockets of one bus server, and the
+list of them a client is given (a primary and its backups, in order)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from zbus.common.endpoints import parse_tcp_endpoint
+
+__all__ = ["BusEndpoints", "EndpointsArg", "endpoint_list"]
+
+
+@dataclass(frozen=True, slots=True)
+class BusEndpoints:
+    """The four sockets of one bus server."""
+
+    snapshot: str
+    publisher: str
+    collector: str
+    stream: str
+
+    @classmethod
+    def from_base(cls, base: str) -> BusEndpoints:
+        """``tcp://host:P`` -> SNAPSHOT P, PUBLISHER P+1, COLLECTOR P+2, STREAM P+3."""
+        host, port = parse_tcp_endpoint(base, room=3)
+        return cls(*(f"tcp://{host}:{port + i}" for i in range(4)))
+
+    @classmethod
+    def from_info(cls, info: Mapping[str, Any]) -> BusEndpoints:
+        """From ``GET /api/v1/info``: the whole answer or its ``endpoints`` map."""
+        endpoints = info.get("endpoints", info)
+        if not isinstance(endpoints, Mapping):
+            raise ValueError("info has no endpoints map")
+        names = ("snapshot", "publisher", "collector", "stream")
+        missing = [n for n in names if not isinstance(endpoints.get(n), str)]
+        if missing:
+            raise ValueError(f"info endpoints lack {', '.join(missing)}")
+        return cls(*(endpoints[n] for n in names))
+
+
+EndpointsArg: TypeAlias = BusEndpoints | str | Sequence[BusEndpoints | str]
+
+
+def endpoint_list(endpoints: EndpointsArg) -> tuple[BusEndpoints, ...]:
+    """One bus or several, as the tuple a client tries in order (base endpoints expanded).
+
+    Raises:
+        ValueError: no endpoints, or a base endpoint that is not ``tcp://host:port``.
+    """
+    items = [endpoints] if isinstance(endpoints, BusEndpoints | str) else list(endpoints)
+    out = tuple(BusEndpoints.from_base(e) if isinstance(e, str) else e for e in items)
+    if not out:
+        raise ValueError("at least one set of bus endpoints is needed")
+    return out
