@@ -213,7 +213,7 @@ def test_one_put_is_stored_once_and_reaches_every_door(
         )
         stream.close()
     spec.close()
-    assert bus.mc0 is not None and bus.mc0.stored == 1
+    assert bus.mc0 is not None and bus.mc0.link.stored == 1
 
 
 def test_an_event_bus_publish_reaches_mc0_subscribers_of_its_topic(
