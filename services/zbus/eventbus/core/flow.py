@@ -104,36 +104,32 @@ class PeerBounds:
             collector_out=bound(collector_peer_bytes, confirm),
         )
 
+    def queues(self) -> list[tuple[str, str, QueueBound]]:
+        """Each socket direction's bound: ``(its name in the admin API, the setting that
+        bounds it, its bound)``."""
+        return [
+            ("stream", "stream_peer_bytes", self.stream),
+            ("publisher", "publisher_peer_bytes", self.publisher),
+            ("snapshot_replies", "snapshot_peer_bytes", self.snapshot_out),
+            ("snapshot_requests", "snapshot_peer_bytes", self.snapshot_in),
+            ("collector_requests", "collector_peer_bytes", self.collector_in),
+            ("collector_replies", "collector_peer_bytes", self.collector_out),
+        ]
+
     def problems(self) -> list[str]:
         """Why these numbers cannot be used (each queue must hold two messages), by setting."""
-        out = []
-        for setting, queue in (
-            ("stream_peer_bytes", self.stream),
-            ("publisher_peer_bytes", self.publisher),
-            ("snapshot_peer_bytes", self.snapshot_out),
-            ("snapshot_peer_bytes", self.snapshot_in),
-            ("collector_peer_bytes", self.collector_in),
-            ("collector_peer_bytes", self.collector_out),
-        ):
-            if queue.hwm < 1:
-                out.append(
-                    f"{setting} must be at least {2 * queue.message_bytes} bytes: two messages "
-                    f"of up to {queue.message_bytes} bytes"
-                )
-        return out
+        return [
+            f"{setting} must be at least {2 * queue.message_bytes} bytes: two messages "
+            f"of up to {queue.message_bytes} bytes"
+            for _, setting, queue in self.queues()
+            if queue.hwm < 1
+        ]
 
     def table(self) -> dict[str, dict[str, int]]:
         """The numbers by socket direction, as the admin API shows them."""
         return {
             name: {"hwm": queue.hwm, "message_bytes": queue.message_bytes, "bound": queue.bound}
-            for name, queue in (
-                ("stream", self.stream),
-                ("publisher", self.publisher),
-                ("snapshot_replies", self.snapshot_out),
-                ("snapshot_requests", self.snapshot_in),
-                ("collector_requests", self.collector_in),
-                ("collector_replies", self.collector_out),
-            )
+            for name, _, queue in self.queues()
         }
 
 

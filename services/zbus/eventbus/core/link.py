@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
 
@@ -40,17 +40,14 @@ __all__ = [
 BATCH_MARGIN = 1024
 
 
-class Outgoing(Protocol):
-    """An event a door hands to the log: the link adds its time and uuid."""
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """An event a door hands to the log: the link adds its time and uuid. A door that
+    needs to know whose event it was when the answer comes extends it."""
 
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def producer(self) -> str: ...
-
-    @property
-    def data(self) -> bytes: ...
+    topic: str
+    producer: str
+    data: bytes
 
 
 T = TypeVar("T", bound=Outgoing)

@@ -66,6 +66,7 @@ from zbus.common.protocols.mc0 import (
 )
 from zbus.common.protocols.mc0_envelope import unwrap, wrap
 from zbus.common.rejects import reject_reason
+from zbus.eventbus.core.link import Outgoing
 from zbus.eventbus.core.mc0_topics import TopicIndex
 
 #: Verbs counted on the way in ("invalid": a message that does not decode).
@@ -155,12 +156,9 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
+class Publish(Outgoing):
     """An event to store, from a PUT; ``reply`` is who put it."""
 
-    topic: str
-    producer: str
-    data: bytes
     reply: Reply
 
 

@@ -27,12 +27,12 @@ from typing import Any, Generic
 import msgpack
 import zmq
 
-from zbus.common.clock import Clock
 from zbus.common.event_ids import StampCache, uuid4s
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.wire import send_frames
 from zbus.eventbus.core.link import Confirms, StreamFollower, T, chunks
+from zbus.eventbus.doors.wiring import DoorWiring
 
 __all__ = ["COLLECTOR_FULL", "IN_FLIGHT", "LogLink"]
 
@@ -52,36 +52,27 @@ class LogLink(Generic[T]):
     """The collector DEALER and the stream SUB of one door, and their bookkeeping.
 
     Args:
-        ctx: the context the pipeline's inproc endpoints live in.
+        wiring: the door's: the context and endpoints of the pipeline, the settings
+            (``max_batch_events``, ``max_message_bytes``: what the collector takes in one
+            batch), and the clock (its wall time stamps the events; nothing else is read).
         name: the door's name, for the log.
-        collector: the pipeline's collector endpoint.
-        stream: the pipeline's stream endpoint; None for a door that only publishes.
-        clock: the wall clock stamps the events (``time()``); nothing else is read.
-        max_batch_events, max_message_bytes: what the collector takes in one batch.
         max_batches: batches waiting for their answer, at most.
         timeout: seconds the collector has to answer a batch.
+        follow: whether to read the stream (False: a door that only publishes).
     """
 
     def __init__(
         self,
-        ctx: zmq.Context[Any],
+        wiring: DoorWiring,
         *,
         name: str,
-        collector: str,
-        stream: str | None,
-        clock: Clock,
-        max_batch_events: int,
-        max_message_bytes: int,
         max_batches: int,
         timeout: float,
+        follow: bool = True,
     ) -> None:
-        self.ctx = ctx
+        self.wiring = wiring
         self.name = name
-        self.collector_endpoint = collector
-        self.stream_endpoint = stream
-        self.clock = clock
-        self.max_batch_events = max_batch_events
-        self.max_message_bytes = max_message_bytes
+        self.follow = follow
         self.confirms: Confirms[T] = Confirms(max_batches=max_batches, timeout=timeout)
         self.follower = StreamFollower()
         self.stored = 0  # events the collector confirmed
@@ -92,13 +83,14 @@ class LogLink(Generic[T]):
     # ------------------------------------------------------------------ sockets
     def open(self) -> list[zmq.Socket[Any]]:
         """Connect both sockets; returns them, for the door's poller."""
-        self.collector = self.ctx.socket(zmq.DEALER)
+        ctx = self.wiring.ctx
+        self.collector = ctx.socket(zmq.DEALER)
         self.sockets.append(self.collector)
         self.collector.linger = 0
         self.collector.sndhwm = self.confirms.max_batches
-        self.collector.connect(self.collector_endpoint)
-        if self.stream_endpoint is not None:
-            self.stream = self.ctx.socket(zmq.SUB)
+        self.collector.connect(self.wiring.collector)
+        if self.follow:
+            self.stream = ctx.socket(zmq.SUB)
             self.sockets.append(self.stream)
             self.stream.linger = 0
             # Subscribed from the start, so that no SUB races the stream's subscription.
@@ -106,7 +98,7 @@ class LogLink(Generic[T]):
             # holds what any stream subscriber may (ZBUS_STREAM_PEER_BYTES), and one more.
             self.stream.rcvhwm = 1
             self.stream.setsockopt(zmq.SUBSCRIBE, ext.STREAM_BATCH)
-            self.stream.connect(self.stream_endpoint)
+            self.stream.connect(self.wiring.stream)
         return list(self.sockets)
 
     def close(self) -> None:
@@ -120,12 +112,12 @@ class LogLink(Generic[T]):
         (:data:`IN_FLIGHT` or :data:`COLLECTOR_FULL`). ``now`` is monotonic."""
         refused: list[tuple[Sequence[T], str]] = []
         confirms, collector, pack = self.confirms, self.collector, self._pack
-        stamp = ""
-        for chunk in chunks(items, self.max_batch_events, self.max_message_bytes):
+        settings, stamp = self.wiring.settings, ""
+        for chunk in chunks(items, settings.max_batch_events, settings.max_message_bytes):
             if confirms.full:
                 refused.append((chunk, IN_FLIGHT))
                 continue
-            stamp = stamp or self._stamps.stamp(self.clock.time())
+            stamp = stamp or self._stamps.stamp(self.wiring.clock.time())
             uuids = uuid4s(len(chunk))
             rows = [
                 [item.topic, item.producer, stamp, uuid, item.data]

@@ -23,8 +23,7 @@ session (``reason="gone"``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import zmq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -68,35 +67,17 @@ BUSY = {
 class Mc0Door(SocketThread):
     """Serves mc0 on one ROUTER, publishing into the bus and fanning its events out."""
 
-    def __init__(
-        self,
-        ctx: zmq.Context[Any],
-        settings: DoorSettings,
-        clock: Clock,
-        *,
-        collector: str,
-        stream: str,
-        secure: Callable[[zmq.Socket[Any]], None],
-    ) -> None:
+    def __init__(self, wiring: DoorWiring) -> None:
         super().__init__("eventbus-mc0")
-        self.ctx = ctx
-        self.settings = settings
-        self.clock = clock
-        self.secure = secure
-        self.limits = settings.mc0_limits()
+        self.wiring = wiring
+        self.settings: DoorSettings = wiring.settings
+        self.clock: Clock = wiring.clock
+        self.limits = self.settings.mc0_limits()
         self.core = Mc0Core(self.limits)
         self.link: LogLink[Publish] = LogLink(
-            ctx,
-            name="mc0",
-            collector=collector,
-            stream=stream,
-            clock=clock,
-            max_batch_events=settings.max_batch_events,
-            max_message_bytes=settings.max_message_bytes,
-            max_batches=MAX_BATCHES_IN_FLIGHT,
-            timeout=CONFIRM_TIMEOUT,
+            wiring, name="mc0", max_batches=MAX_BATCHES_IN_FLIGHT, timeout=CONFIRM_TIMEOUT
         )
-        self.outbox = Outbox(settings.mc0_peer_bytes // 2)
+        self.outbox = Outbox(self.settings.mc0_peer_bytes // 2)
         self._retry_ms = RETRY_MS[0]
         self._idle_rounds = 0
         self.endpoint = ""
@@ -107,10 +88,10 @@ class Mc0Door(SocketThread):
         size = message_bytes(self.limits)
         send_hwm = hwm_for(self.settings.mc0_peer_bytes // 2, size)  # >= 1: the settings
         # refuse an mc0_peer_bytes below four of the largest messages
-        self.router = self.ctx.socket(zmq.ROUTER)
+        self.router = self.wiring.ctx.socket(zmq.ROUTER)
         self._sockets = [self.router]
         self.router.linger = 0
-        self.secure(self.router)
+        self.wiring.secure(self.router)
         self.router.sndhwm = send_hwm
         self.router.rcvhwm = hwm_for(self.settings.mc0_peer_bytes, size)
         self.router.maxmsgsize = size
@@ -321,20 +302,7 @@ class Mc0Metrics(Collector):
         )
 
 
-def build(wiring: DoorWiring) -> Mc0Door:
-    """The mc0 door of a bus: PUTs enter through the collector, events leave on the
-    stream."""
-    return Mc0Door(
-        wiring.ctx,
-        wiring.settings,
-        wiring.clock,
-        collector=wiring.collector,
-        stream=wiring.stream,
-        secure=wiring.secure,
-    )
-
-
 #: The mc0 door's row in the bus's table of doors.
-MC0 = DoorSpec(name="mc0", title="mc0", port_setting="mc0_port", build=build, metrics=Mc0Metrics)
+MC0 = DoorSpec(name="mc0", title="mc0", port_setting="mc0_port", build=Mc0Door, metrics=Mc0Metrics)
 
-__all__ = ["MC0", "Mc0Door", "Mc0Metrics", "build"]
+__all__ = ["MC0", "Mc0Door", "Mc0Metrics"]

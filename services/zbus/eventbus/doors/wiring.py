@@ -25,20 +25,11 @@ __all__ = ["Door", "DoorSettings", "DoorSpec", "DoorWiring"]
 class DoorSettings(Protocol):
     """The bus's settings a door reads (``ZBUS_*``; docs/eventbus.md)."""
 
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def max_batch_events(self) -> int: ...
-
-    @property
-    def max_message_bytes(self) -> int: ...
-
-    @property
-    def mc0_port(self) -> int | None: ...
-
-    @property
-    def mc0_peer_bytes(self) -> int: ...
+    host: str
+    max_batch_events: int  # what the collector takes in one batch
+    max_message_bytes: int
+    mc0_port: int | None
+    mc0_peer_bytes: int
 
     def mc0_limits(self) -> Mc0Limits: ...
 
