@@ -57,6 +57,9 @@ def chunks(items: Sequence[T], max_events: int, max_message_bytes: int) -> Itera
     """``items`` cut, in order, into batches of at most ``max_events`` events and
     ``max_message_bytes`` (each event counted with its fields at their largest); an event
     larger than that alone is a batch of its own."""
+    if len(items) == 1:  # one event is one batch, whatever its size
+        yield items
+        return
     max_bytes = max_message_bytes - BATCH_MARGIN
     # The common case, a few events: one pass of sums, no copy when they fit.
     if (

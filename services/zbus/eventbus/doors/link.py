@@ -44,7 +44,7 @@ IN_FLIGHT = "in_flight"
 COLLECTOR_FULL = "collector_full"
 
 #: ``(first sequence, rows, events missed just before it)`` of one stream batch; a row is
-#: ``[topic, producer, ts, uuid, data, seq]`` as the stream carries it.
+#: ``[topic, producer, ts, uuid, data]`` as the stream carries it.
 StreamBatch = tuple[int, list[list[Any]], int]
 
 
