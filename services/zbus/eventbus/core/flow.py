@@ -1,7 +1,7 @@
 """What one peer can make the bus hold, in bytes, and the message sizes that bound it.
 
 ZeroMQ bounds a peer's queue in messages (its high-water mark, HWM), not in bytes. The
-bus turns a byte bound into a message count by capping the size of every message a door
+bus turns a byte bound into a message count by capping the size of every message a socket
 carries: a peer then holds at most ``(HWM + 1) x largest message`` (the queue and the one
 message its connection is writing or reading), and the HWM is chosen as
 ``peer_bytes // largest message - 1`` (ADR 0002, docs/eventbus.md "Slow peers and memory"):
@@ -48,8 +48,9 @@ def row_bytes(topic: str, producer: str, ts: str, data: bytes) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Door:
-    """One direction of one socket: its HWM and the largest message it carries."""
+class QueueBound:
+    """What bounds the queue of one direction of one socket: its HWM and the largest
+    message it carries."""
 
     hwm: int
     message_bytes: int
@@ -62,16 +63,16 @@ class Door:
 
 @dataclass(frozen=True, slots=True)
 class PeerBounds:
-    """Every door's numbers, from the bus's settings."""
+    """The bounds of every socket direction of the bus's spec ports, from its settings."""
 
     record_bytes: int  # the largest event in any one message
     message_bytes: int  # the largest stream message or page
-    stream: Door
-    publisher: Door
-    snapshot_out: Door
-    snapshot_in: Door
-    collector_in: Door
-    collector_out: Door
+    stream: QueueBound
+    publisher: QueueBound
+    snapshot_out: QueueBound
+    snapshot_in: QueueBound
+    collector_in: QueueBound
+    collector_out: QueueBound
 
     @classmethod
     def from_settings(
@@ -89,50 +90,46 @@ class PeerBounds:
         message = max(MIN_MESSAGE_BYTES, record)
         confirm = max_batch_events * _CONFIRM_ROW_BYTES + 1024
 
-        def door(peer_bytes: int, size: int) -> Door:
-            return Door(hwm_for(peer_bytes, size), size)
+        def bound(peer_bytes: int, size: int) -> QueueBound:
+            return QueueBound(hwm_for(peer_bytes, size), size)
 
         return cls(
             record_bytes=record,
             message_bytes=message,
-            stream=door(stream_peer_bytes, message),
-            publisher=door(publisher_peer_bytes, record),
-            snapshot_out=door(snapshot_peer_bytes, message),
-            snapshot_in=door(snapshot_peer_bytes, SNAPSHOT_REQUEST_BYTES),
-            collector_in=door(collector_peer_bytes, max_message_bytes),
-            collector_out=door(collector_peer_bytes, confirm),
+            stream=bound(stream_peer_bytes, message),
+            publisher=bound(publisher_peer_bytes, record),
+            snapshot_out=bound(snapshot_peer_bytes, message),
+            snapshot_in=bound(snapshot_peer_bytes, SNAPSHOT_REQUEST_BYTES),
+            collector_in=bound(collector_peer_bytes, max_message_bytes),
+            collector_out=bound(collector_peer_bytes, confirm),
         )
 
+    def queues(self) -> list[tuple[str, str, QueueBound]]:
+        """Each socket direction's bound: ``(its name in the admin API, the setting that
+        bounds it, its bound)``."""
+        return [
+            ("stream", "stream_peer_bytes", self.stream),
+            ("publisher", "publisher_peer_bytes", self.publisher),
+            ("snapshot_replies", "snapshot_peer_bytes", self.snapshot_out),
+            ("snapshot_requests", "snapshot_peer_bytes", self.snapshot_in),
+            ("collector_requests", "collector_peer_bytes", self.collector_in),
+            ("collector_replies", "collector_peer_bytes", self.collector_out),
+        ]
+
     def problems(self) -> list[str]:
-        """Why these numbers cannot be used (each door must hold two messages), by setting."""
-        out = []
-        for setting, door in (
-            ("stream_peer_bytes", self.stream),
-            ("publisher_peer_bytes", self.publisher),
-            ("snapshot_peer_bytes", self.snapshot_out),
-            ("snapshot_peer_bytes", self.snapshot_in),
-            ("collector_peer_bytes", self.collector_in),
-            ("collector_peer_bytes", self.collector_out),
-        ):
-            if door.hwm < 1:
-                out.append(
-                    f"{setting} must be at least {2 * door.message_bytes} bytes: two messages "
-                    f"of up to {door.message_bytes} bytes"
-                )
-        return out
+        """Why these numbers cannot be used (each queue must hold two messages), by setting."""
+        return [
+            f"{setting} must be at least {2 * queue.message_bytes} bytes: two messages "
+            f"of up to {queue.message_bytes} bytes"
+            for _, setting, queue in self.queues()
+            if queue.hwm < 1
+        ]
 
     def table(self) -> dict[str, dict[str, int]]:
-        """The numbers by door, as the admin API shows them."""
+        """The numbers by socket direction, as the admin API shows them."""
         return {
-            name: {"hwm": door.hwm, "message_bytes": door.message_bytes, "bound": door.bound}
-            for name, door in (
-                ("stream", self.stream),
-                ("publisher", self.publisher),
-                ("snapshot_replies", self.snapshot_out),
-                ("snapshot_requests", self.snapshot_in),
-                ("collector_requests", self.collector_in),
-                ("collector_replies", self.collector_out),
-            )
+            name: {"hwm": queue.hwm, "message_bytes": queue.message_bytes, "bound": queue.bound}
+            for name, _, queue in self.queues()
         }
 
 

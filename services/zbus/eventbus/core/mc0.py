@@ -1,10 +1,10 @@
 """The event bus's mc0 door (seed 001), sans-I/O: sessions, verbs, heartbeats, fan-out.
 
-The wiring (:mod:`zbus.eventbus.server.mc0_door`) feeds :meth:`Mc0Core.receive` every
+The shell (:mod:`zbus.eventbus.doors.mc0`) feeds :meth:`Mc0Core.receive` every
 message the ROUTER on port 61616 reads, with the identity it came from; feeds
 :meth:`Mc0Core.deliver` every event the bus stores; calls :meth:`Mc0Core.tick` once
-:meth:`Mc0Core.next_deadline` passes; and then sends :attr:`Mc0Core.outbox` and hands
-:attr:`Mc0Core.publishes` to the bus's collector. When the bus confirms a PUT it calls
+:meth:`Mc0Core.next_deadline` passes; and then sends the messages and publishes the
+events that :meth:`Mc0Core.take` hands back. When the bus confirms a PUT it calls
 :meth:`Mc0Core.stored`, when it refuses one :meth:`Mc0Core.failed`. The core never
 reads a clock or a socket: ``now`` is monotonic seconds.
 
@@ -66,6 +66,7 @@ from zbus.common.protocols.mc0 import (
 )
 from zbus.common.protocols.mc0_envelope import unwrap, wrap
 from zbus.common.rejects import reject_reason
+from zbus.eventbus.core.link import Outgoing
 from zbus.eventbus.core.mc0_topics import TopicIndex
 
 #: Verbs counted on the way in ("invalid": a message that does not decode).
@@ -155,12 +156,9 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
+class Publish(Outgoing):
     """An event to store, from a PUT; ``reply`` is who put it."""
 
-    topic: str
-    producer: str
-    data: bytes
     reply: Reply
 
 

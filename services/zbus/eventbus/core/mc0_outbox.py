@@ -29,12 +29,6 @@ def message_bytes(limits: Mc0Limits) -> int:
     return payload + FRAME_OVERHEAD * limits.max_frames + 1024
 
 
-def hwm_for(peer_bytes: int, size: int) -> int:
-    """The high-water mark that keeps a queue and the message in flight, ``(hwm + 1)``
-    messages of ``size`` bytes, within ``peer_bytes``; 0 when not even two fit."""
-    return max(0, peer_bytes // size - 1)
-
-
 def smallest_peer_bytes(limits: Mc0Limits) -> int:
     """The least ``mc0_peer_bytes`` that works: ZeroMQ's half holds two of the largest
     messages, and so does the outbox's."""
@@ -107,7 +101,6 @@ class Outbox:
 __all__ = [
     "FRAME_OVERHEAD",
     "Outbox",
-    "hwm_for",
     "message_bytes",
     "message_size",
     "smallest_peer_bytes",

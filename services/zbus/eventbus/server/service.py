@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import sys
+import threading
 import uuid as uuidlib
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
@@ -24,10 +25,11 @@ from zbus.common.clock import Clock
 from zbus.common.metrics import family_totals
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.sqlite import checkpoint
+from zbus.eventbus.doors import DOORS, Door, DoorSpec, DoorWiring
+from zbus.eventbus.doors.mc0 import Mc0Door
 from zbus.eventbus.server.archive import ArchiveError, Archiver
 from zbus.eventbus.server.archive_process import ArchiveProcess
 from zbus.eventbus.server.config import EventBusSettings
-from zbus.eventbus.server.mc0_door import Mc0Door, Mc0Metrics
 from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
 from zbus.eventbus.server.pppp_admin import PpppMetrics, read_status, read_summary
@@ -45,6 +47,35 @@ from zbus.runtime.service import Service
 log = logging.getLogger(__name__)
 
 TRANSFER_CACHE_KIB = 2048  # SQLite page cache of each spec snapshot's read connection
+
+
+def build_pppp(wiring: DoorWiring) -> PpppDoor:
+    """The PPPP door: events come from the stream (and the log), CUSTOMs go to the
+    collector, positions to pppp.sqlite."""
+    # Its shell is still the service's own: its row of the table of doors is here.
+    assert isinstance(wiring.settings, EventBusSettings)
+    return PpppDoor(
+        wiring.ctx,
+        wiring.settings,
+        wiring.clock,
+        log_path=wiring.log_path,
+        collector=wiring.collector,
+        stream=wiring.stream,
+        secure=wiring.secure,
+        hold=wiring.hold,
+    )
+
+
+PPPP: DoorSpec[PpppDoor] = DoorSpec(
+    name="pppp",
+    title="PPPP",
+    port_setting="pppp_port",
+    build=build_pppp,
+    metrics=PpppMetrics,
+    holds_retention=True,
+)
+#: Every door of the bus, in the order they start (and stop).
+ALL_DOORS: tuple[DoorSpec[Any], ...] = (*DOORS, PPPP)
 
 
 class PublishRequest(BaseModel):
@@ -85,8 +116,8 @@ class EventBusService(Service):
         self.rate = RateMeter()
         self.log_path = settings.data_dir / "events.db"
         self.archiver: Archiver | None = None
-        self.mc0: Mc0Door | None = None
-        self.pppp: PpppDoor | None = None
+        self.doors_on = [spec for spec in ALL_DOORS if spec.enabled(settings)]
+        self.running: dict[str, Door] = {}  # the doors started, by name
 
     async def start(self) -> None:
         # The pipeline thread shares the GIL with this loop: a shorter switch interval
@@ -104,9 +135,10 @@ class EventBusService(Service):
         if archive_uri is not None:
             # Until the archive has read its mark, retention deletes nothing.
             self.store.hold_retention(0)
-        if self.settings.pppp_port is not None:
-            # Until the PPPP door has read its checkpoints, retention deletes nothing.
-            self.store.hold_retention(0, holder="pppp")
+        for spec in self.doors_on:
+            if spec.holds_retention:
+                # Until the door has said what it holds, retention deletes nothing.
+                self.store.hold_retention(0, holder=spec.name)
         sync_ctx: zmq.Context[Any] = zmq.Context.shadow(self.ctx)
         self.pipeline = Pipeline(
             sync_ctx, self.settings, self.store, self.metrics, self.clock, self.inproc
@@ -151,10 +183,8 @@ class EventBusService(Service):
             self.archiver.start()
         self.endpoints["snapshot"] = self.snapshots.endpoint
         self.endpoints.update(self.pipeline.endpoints)
-        if self.settings.mc0_port is not None:
-            await self._start_mc0(sync_ctx)
-        if self.settings.pppp_port is not None:
-            await self._start_pppp(sync_ctx)
+        for spec in self.doors_on:
+            await self._start_door(spec, sync_ctx)
         self.publisher = self.ctx.socket(zmq.DEALER)
         self.own(self.publisher)
         self.publisher.connect(self.inproc)
@@ -164,50 +194,44 @@ class EventBusService(Service):
             extra={"path": str(self.log_path), "sequence": self.store.last_sequence()},
         )
 
-    async def _start_mc0(self, ctx: zmq.Context[Any]) -> None:
-        """The mc0 door: PUTs enter through the collector, events leave on the stream."""
-        door = Mc0Door(
-            ctx,
-            self.settings,
-            self.clock,
-            collector=self.inproc,
-            stream=self.pipeline.stream_inproc,
-            secure=self.secure,
+    async def _start_door(self, spec: DoorSpec[Any], ctx: zmq.Context[Any]) -> None:
+        """Build and start one door of the table; the bus fails its start without it."""
+        door: Door = spec.build(
+            DoorWiring(
+                ctx=ctx,
+                settings=self.settings,
+                clock=self.clock,
+                collector=self.inproc,
+                stream=self.pipeline.stream_inproc,
+                secure=self.secure,
+                log_path=self.log_path,
+                hold=functools.partial(self.store.hold_retention, holder=spec.name),
+            )
         )
-        self.essential(door)  # mc0 clients depend on it: fail, exit 1
+        thread = door
+        assert isinstance(thread, threading.Thread)  # every door is a thread
+        self.essential(thread)  # its clients depend on it: fail, exit 1
         door.start()
         await asyncio.to_thread(door.ready.wait)
         if door.failed is not None:
             from zbus.common.settings import ConfigError
 
-            raise ConfigError(f"the mc0 door cannot start: {door.failed}")
-        Mc0Metrics(door, self.registry)
-        self.mc0 = door
-        self.endpoints["mc0"] = door.endpoint
+            raise ConfigError(f"the {spec.title} door cannot start: {door.failed}")
+        spec.metrics(door, self.registry)
+        self.running[spec.name] = door
+        self.endpoints[spec.name] = door.endpoint
 
-    async def _start_pppp(self, ctx: zmq.Context[Any]) -> None:
-        """The PPPP door: events come from the stream (and the log), CUSTOMs go to the
-        collector, positions to pppp.sqlite."""
-        door = PpppDoor(
-            ctx,
-            self.settings,
-            self.clock,
-            log_path=self.log_path,
-            collector=self.inproc,
-            stream=self.pipeline.stream_inproc,
-            secure=self.secure,
-            hold=functools.partial(self.store.hold_retention, holder="pppp"),
-        )
-        self.essential(door)  # PPPP subscribers depend on it: fail, exit 1
-        door.start()
-        await asyncio.to_thread(door.ready.wait)
-        if door.failed is not None:
-            from zbus.common.settings import ConfigError
+    @property
+    def mc0(self) -> Mc0Door | None:
+        """The mc0 door, once started."""
+        door = self.running.get("mc0")
+        return door if isinstance(door, Mc0Door) else None
 
-            raise ConfigError(f"the PPPP door cannot start: {door.failed}")
-        PpppMetrics(door, self.registry)
-        self.pppp = door
-        self.endpoints["pppp"] = door.endpoint
+    @property
+    def pppp(self) -> PpppDoor | None:
+        """The PPPP door, once started."""
+        door = self.running.get("pppp")
+        return door if isinstance(door, PpppDoor) else None
 
     def background(self) -> Sequence[Coroutine[Any, Any, None]]:
         return [self._watch()]
@@ -236,24 +260,23 @@ class EventBusService(Service):
             executor.shutdown(wait=False)  # runs after any query still in that thread
 
     def checks(self) -> dict[str, bool]:
-        threads = [getattr(self, "pipeline", None), getattr(self, "snapshots", None)]
-        if self.settings.mc0_port is not None:
-            threads.append(self.mc0)
-        if self.settings.pppp_port is not None:
-            threads.append(self.pppp)
+        threads: list[Door | threading.Thread | None] = [
+            getattr(self, "pipeline", None),
+            getattr(self, "snapshots", None),
+        ]
+        threads += [self.running.get(spec.name) for spec in self.doors_on]
         return {
             "log_open": hasattr(self, "store"),
             "threads_alive": all(t is not None and t.is_alive() for t in threads),
         }
 
     async def drain(self) -> None:
-        # The mc0 door stops first and hands the collector what its clients sent; the
+        # The doors stop first and hand the collector what their clients sent; the
         # pipeline commits what is queued on the collector before it stops. After a
         # failed start, either thread may not exist, or exist and never have started.
-        for door in (self.mc0, self.pppp):
-            if door is not None:
-                door.stop()
-                await asyncio.to_thread(door.join)
+        for door in self.running.values():
+            door.stop()
+            await asyncio.to_thread(door.join)
         threads = [getattr(self, name, None) for name in ("snapshots", "pipeline")]
         for thread in threads:
             if thread is not None:

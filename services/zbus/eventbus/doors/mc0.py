@@ -4,12 +4,11 @@ Three sockets, no change to the bus's hot path (ADR 0005):
 
 - a ROUTER on ``ZBUS_MC0_PORT`` (CURVE with the bus's keys, and its ZAP allow-list,
   when configured), where mc0 clients talk to :class:`~zbus.eventbus.core.mc0.Mc0Core`;
-- a DEALER on the collector's inproc endpoint: the events of PUTs enter the bus as
-  ``ZB-PUB`` batches with a confirm, like any zbus publisher's, and are stored once with
-  their sequence, uuid, producer and time (:mod:`zbus.eventbus.core.mc0_puts`);
-- a SUB on the stream's inproc endpoint: every event the bus stores, from any door,
-  comes back in the stream's batches and is delivered to the mc0 subscribers of its
-  topic.
+- the door's :class:`~zbus.eventbus.doors.link.LogLink`: the events of PUTs enter the
+  bus as ``ZB-PUB`` batches with a confirm, like any zbus publisher's, and are stored
+  once with their sequence, uuid, producer and time; every event the bus stores, from
+  any door, comes back in the stream's batches and is delivered to the mc0 subscribers
+  of its topic.
 
 What one connection can make the bus hold is bounded in bytes, ``mc0_peer_bytes`` each
 way. Inbound, the ROUTER's high-water mark is ``mc0_peer_bytes // largest message - 1``.
@@ -24,27 +23,21 @@ session (``reason="gone"``).
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Iterator, Sequence
 
-import msgpack
 import zmq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from zbus.common.clock import Clock
-from zbus.common.protocols import eventbus_ext as ext
-from zbus.common.protocols.errors import ProtocolError
-from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
 from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.threads import SocketThread
 from zbus.common.wire import recv_frames, send_frames
+from zbus.eventbus.core.flow import hwm_for
 from zbus.eventbus.core.mc0 import Mc0Core, Publish
-from zbus.eventbus.core.mc0_outbox import Outbox, hwm_for, message_bytes
-from zbus.eventbus.core.mc0_puts import PutTracker
-from zbus.eventbus.server.config import EventBusSettings
+from zbus.eventbus.core.mc0_outbox import Outbox, message_bytes
+from zbus.eventbus.doors.link import COLLECTOR_FULL, IN_FLIGHT, LogLink
+from zbus.eventbus.doors.wiring import DoorSettings, DoorSpec, DoorWiring
 
 log = logging.getLogger(__name__)
 
@@ -64,104 +57,73 @@ MAX_BATCHES_IN_FLIGHT = 1000  # ZB-PUB batches sent and not answered; then PUT g
 CONFIRM_TIMEOUT = 30.0  # seconds the collector has to answer a batch
 
 
-def uuid4s(n: int) -> list[str]:
-    """``n`` random (version 4) UUIDs in the canonical text form, from one read of the
-    system's randomness (a fifth of ``str(uuid.uuid4())``'s cost each)."""
-    raw = bytearray(os.urandom(16 * n))
-    out = []
-    for i in range(0, 16 * n, 16):
-        raw[i + 6] = raw[i + 6] & 0x0F | 0x40  # version 4
-        raw[i + 8] = raw[i + 8] & 0x3F | 0x80  # the RFC 4122 variant
-        h = raw[i : i + 16].hex()
-        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
-    return out
-
-
-def _stamp(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+#: The detail of the ERROR a PUT gets when its batch was not sent, by the link's reason.
+BUSY = {
+    IN_FLIGHT: "too many PUTs wait for the bus's log",
+    COLLECTOR_FULL: "the bus's collector takes no more now",
+}
 
 
 class Mc0Door(SocketThread):
     """Serves mc0 on one ROUTER, publishing into the bus and fanning its events out."""
 
-    def __init__(
-        self,
-        ctx: zmq.Context[Any],
-        settings: EventBusSettings,
-        clock: Clock,
-        *,
-        collector: str,
-        stream: str,
-        secure: Callable[[zmq.Socket[Any]], None],
-    ) -> None:
+    def __init__(self, wiring: DoorWiring) -> None:
         super().__init__("eventbus-mc0")
-        self.ctx = ctx
-        self.settings = settings
-        self.clock = clock
-        self.collector_endpoint = collector
-        self.stream_endpoint = stream
-        self.secure = secure
-        self.limits = settings.mc0_limits()
+        self.wiring = wiring
+        self.settings: DoorSettings = wiring.settings
+        self.clock: Clock = wiring.clock
+        self.limits = self.settings.mc0_limits()
         self.core = Mc0Core(self.limits)
-        self.puts = PutTracker(max_batches=MAX_BATCHES_IN_FLIGHT, timeout=CONFIRM_TIMEOUT)
-        self.outbox = Outbox(settings.mc0_peer_bytes // 2)
+        self.link: LogLink[Publish] = LogLink(
+            wiring, name="mc0", max_batches=MAX_BATCHES_IN_FLIGHT, timeout=CONFIRM_TIMEOUT
+        )
+        self.outbox = Outbox(self.settings.mc0_peer_bytes // 2)
         self._retry_ms = RETRY_MS[0]
         self._idle_rounds = 0
-        self.stored = 0  # events of PUTs the bus confirmed
         self.endpoint = ""
         self._limiter = LogLimiter()
-        self._expect: int | None = None  # the stream sequence expected next
-        self._pack = msgpack.Packer(use_bin_type=True).pack
 
     # ------------------------------------------------------------------ sockets
     def open(self) -> None:
         size = message_bytes(self.limits)
         send_hwm = hwm_for(self.settings.mc0_peer_bytes // 2, size)  # >= 1: the settings
         # refuse an mc0_peer_bytes below four of the largest messages
-        self.router = self.ctx.socket(zmq.ROUTER)
-        self.collector = self.ctx.socket(zmq.DEALER)
-        self.stream = self.ctx.socket(zmq.SUB)
-        self._sockets = [self.router, self.collector, self.stream]
-        for sock in self._sockets:
-            sock.linger = 0
-        self.secure(self.router)
+        self.router = self.wiring.ctx.socket(zmq.ROUTER)
+        self._sockets = [self.router]
+        self.router.linger = 0
+        self.wiring.secure(self.router)
         self.router.sndhwm = send_hwm
         self.router.rcvhwm = hwm_for(self.settings.mc0_peer_bytes, size)
         self.router.maxmsgsize = size
         self.router.router_mandatory = True  # a full or gone peer raises: counted
         self.router.bind(f"tcp://{self.settings.host}:{self.settings.mc0_port or 0}")
         self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.collector.sndhwm = MAX_BATCHES_IN_FLIGHT
-        self.collector.connect(self.collector_endpoint)
-        # Subscribed from the start, so that no SUB races the stream's subscription; the
-        # batches are only decoded while an mc0 connection holds a topic.
-        # On inproc, the queue is the stream's high-water mark plus this one: the door
-        # holds what any stream subscriber may (ZBUS_STREAM_PEER_BYTES), and one more.
-        self.stream.rcvhwm = 1
-        self.stream.setsockopt(zmq.SUBSCRIBE, ext.STREAM_BATCH)
-        self.stream.connect(self.stream_endpoint)
+        # The stream's batches are only decoded while an mc0 connection holds a topic.
+        self._sockets += self.link.open()
 
     def close(self) -> None:
-        for sock in getattr(self, "_sockets", []):
-            sock.close(linger=0)
+        self.link.close()
+        router = getattr(self, "router", None)
+        if router is not None:
+            router.close(linger=0)
 
     # --------------------------------------------------------------------- loop
     def loop(self) -> None:
         poller = zmq.Poller()
         for sock in self._sockets:
             poller.register(sock, zmq.POLLIN)
-        clock = self.clock
+        clock, router, collector = self.clock, self.router, self.link.collector
         while not self.halted:
             for sock, _ in poller.poll(self._timeout_ms(clock.monotonic())):
-                if sock is self.router:
+                if sock is router:
                     self._read_clients()
-                elif sock is self.collector:
+                elif sock is collector:
                     self._read_confirms()
                 else:
                     self._read_stream()
             now = clock.monotonic()
             self.core.tick(now)
-            for publish in self.puts.expired(now):
+            for publish in self.link.expired(now):
                 self.core.failed(
                     publish.reply,
                     "unconfirmed",
@@ -174,7 +136,7 @@ class Mc0Door(SocketThread):
 
     def _timeout_ms(self, now: float) -> int:
         longest = self._retry_ms if self.outbox else POLL_MS
-        due = [d for d in (self.core.next_deadline(), self.puts.next_deadline()) if d is not None]
+        due = [d for d in (self.core.next_deadline(), self.link.next_deadline()) if d is not None]
         if not due:
             return longest
         return max(0, min(longest, int((min(due) - now) * 1000) + 1))
@@ -191,49 +153,23 @@ class Mc0Door(SocketThread):
                 self._flush(clock.monotonic())
 
     def _read_confirms(self) -> None:
-        while True:
-            try:
-                frames = self.collector.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        core = self.core
+        for publishes, refusal in self.link.answers():
             now = self.clock.monotonic()
-            try:
-                reply = ext.decode_collector_reply(frames)
-            except ProtocolError as exc:
-                log.error("mc0 door: unreadable collector reply", extra={"error": str(exc)})
-                continue
-            if isinstance(reply, ext.Confirm):
-                publishes = self.puts.confirmed(reply.sequences)
-                self.stored += len(publishes)
+            if refusal is None:
                 for publish in publishes:
-                    self.core.stored(publish.reply, now)
+                    core.stored(publish.reply, now)
             else:
-                for publish in self.puts.refused():
-                    detail = f"mc0 PUT: the bus did not store the event: {reply.reason}"
-                    self.core.failed(publish.reply, "storage", detail, now)
+                detail = f"mc0 PUT: the bus did not store the event: {refusal}"
+                for publish in publishes:
+                    core.failed(publish.reply, "storage", detail, now)
 
     def _read_stream(self) -> None:
         core = self.core
-        for _ in range(READS_PER_WAKE):
-            try:
-                frames = self.stream.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if not core.topics:
-                self._expect = None  # nobody to deliver to: not even decoded
-                continue
-            try:
-                got = ext.decode_stream_fast(frames)
-            except ProtocolError as exc:
-                log.error("mc0 door: unreadable stream batch", extra={"error": str(exc)})
-                continue
-            if isinstance(got, int):
-                continue
-            first, rows = got
-            if self._expect is not None and first > self._expect:
-                core.drops["stream_gap"] += first - self._expect
-            self._expect = first + len(rows)
-            deliver = core.deliver
+        deliver, drops = core.deliver, core.drops
+        for _, rows, missed in self.link.batches(READS_PER_WAKE, core.topics.__bool__):
+            if missed:
+                drops["stream_gap"] += missed
             for start in range(0, len(rows), FLUSH_EVERY):
                 now = self.clock.monotonic()
                 for row in rows[start : start + FLUSH_EVERY]:
@@ -307,39 +243,10 @@ class Mc0Door(SocketThread):
             self._retry_ms = RETRY_MS[2] if self._idle_rounds >= IDLE_ROUNDS else RETRY_MS[1]
 
     def _publish(self, publishes: list[Publish], now: float) -> None:
-        for chunk in self._chunks(publishes):
-            if self.puts.full:
-                self._busy(chunk, now, "too many PUTs wait for the bus's log")
-                continue
-            stamp = _stamp(self.clock.time())
-            uuids = uuid4s(len(chunk))
-            rows = [
-                [p.topic, p.producer, stamp, u, p.data] for p, u in zip(chunk, uuids, strict=True)
-            ]
-            try:
-                send_frames(self.collector, [ext.PUB_BATCH, b"\x01", self._pack(rows)], block=False)
-            except zmq.Again:
-                self._busy(chunk, now, "the bus's collector takes no more now")
-                continue
-            self.puts.add(uuids, chunk, now)
+        for chunk, why in self.link.publish(publishes, now):
+            self._busy(chunk, now, BUSY[why])
 
-    def _chunks(self, publishes: list[Publish]) -> Iterator[list[Publish]]:
-        """Batches within the collector's event count and message size."""
-        max_events = self.settings.max_batch_events
-        max_bytes = self.settings.max_message_bytes - 1024
-        chunk: list[Publish] = []
-        size = 0
-        for publish in publishes:
-            cost = len(publish.data) + RECORD_OVERHEAD  # its fields at their largest
-            if chunk and (len(chunk) >= max_events or size + cost > max_bytes):
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(publish)
-            size += cost
-        if chunk:
-            yield chunk
-
-    def _busy(self, chunk: list[Publish], now: float, why: str) -> None:
+    def _busy(self, chunk: Sequence[Publish], now: float, why: str) -> None:
         for publish in chunk:
             self.core.failed(publish.reply, "busy", f"mc0 PUT: not stored: {why}", now)
 
@@ -386,7 +293,7 @@ class Mc0Metrics(Collector):
             value=core.expired,
         )
         yield CounterMetricFamily(
-            "zbus_eventbus_mc0_events_stored", "Events of mc0 PUTs stored", value=door.stored
+            "zbus_eventbus_mc0_events_stored", "Events of mc0 PUTs stored", value=door.link.stored
         )
         yield GaugeMetricFamily(
             "zbus_eventbus_mc0_waiting_bytes",
@@ -395,4 +302,7 @@ class Mc0Metrics(Collector):
         )
 
 
-__all__ = ["Mc0Door", "Mc0Metrics"]
+#: The mc0 door's row in the bus's table of doors.
+MC0 = DoorSpec(name="mc0", title="mc0", port_setting="mc0_port", build=Mc0Door, metrics=Mc0Metrics)
+
+__all__ = ["MC0", "Mc0Door", "Mc0Metrics"]

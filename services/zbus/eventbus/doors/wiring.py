@@ -1,0 +1,105 @@
+"""What the service hands a door to build it, and what it gets back.
+
+The doors sit below the service (``zbus.eventbus.server``) and never import it: the
+settings come in as :class:`DoorSettings`, the few settings a door reads (the service's
+``EventBusSettings`` has them all), and the store as plain callables.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import zmq
+from prometheus_client.registry import CollectorRegistry
+
+from zbus.common.clock import Clock
+from zbus.eventbus.core.mc0 import Mc0Limits
+
+__all__ = ["Door", "DoorSettings", "DoorSpec", "DoorWiring"]
+
+
+class DoorSettings(Protocol):
+    """The bus's settings a door reads (``ZBUS_*``; docs/eventbus.md)."""
+
+    host: str
+    max_batch_events: int  # what the collector takes in one batch
+    max_message_bytes: int
+    mc0_port: int | None
+    mc0_peer_bytes: int
+
+    def mc0_limits(self) -> Mc0Limits: ...
+
+
+class Door(Protocol):
+    """A running door: a thread that binds its port in its own start-up."""
+
+    ready: threading.Event
+    failed: BaseException | None
+    endpoint: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DoorWiring:
+    """Everything a door is built from.
+
+    Attributes:
+        ctx: the context of the pipeline's inproc endpoints.
+        settings: the bus's settings.
+        clock: monotonic time for deadlines, wall time for the events' timestamps.
+        collector: the pipeline's collector endpoint (events in).
+        stream: the pipeline's stream endpoint (events out).
+        secure: applies the bus's CURVE keys and ZAP allow-list to a socket it binds.
+        log_path: the event log's file, for a door that reads it or keeps files beside it.
+        hold: holds the log's retention for this door (None: holds nothing), for a door
+            that needs events to stay in the log until it passed them.
+    """
+
+    ctx: zmq.Context[Any]
+    settings: DoorSettings
+    clock: Clock
+    collector: str
+    stream: str
+    secure: Callable[[zmq.Socket[Any]], None]
+    log_path: Path
+    hold: Callable[[int | None], None]
+
+
+D = TypeVar("D", bound=Door)
+
+
+@dataclass(frozen=True, slots=True)
+class DoorSpec(Generic[D]):
+    """One row of the bus's table of doors.
+
+    Attributes:
+        name: its key in the service's endpoints and admin API (``mc0``, ``pppp``).
+        title: how messages name it ("the mc0 door").
+        port_setting: the setting that turns it on: its port (None: off; 0: any port).
+        build: makes the door's thread (not started).
+        metrics: registers the door's metrics collector, read when Prometheus scrapes.
+        holds_retention: the log deletes nothing until the door has said what it holds
+            (:attr:`DoorWiring.hold`).
+    """
+
+    name: str
+    title: str
+    port_setting: str
+    build: Callable[[DoorWiring], D]
+    metrics: Callable[[D, CollectorRegistry], object]
+    holds_retention: bool = False
+
+    def enabled(self, settings: object) -> bool:
+        """Whether ``settings`` turn the door on."""
+        return getattr(settings, self.port_setting, None) is not None
