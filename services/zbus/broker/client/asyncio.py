@@ -17,14 +17,14 @@ from zbus.broker.client.base import (
     DEFAULT_ENDPOINT,
     BatchOptions,
     JobOptions,
-    _check_timeout,
-    _check_wait,
-    _check_window,
-    _dealer,
-    _OneJobOptions,
+    OneJobOptions,
+    check_ack_timeout,
+    check_wait,
+    check_window,
+    open_dealer,
 )
 from zbus.broker.client.errors import BrokerClientError, BrokerUnavailable
-from zbus.broker.client.tracker import _Outcome, _rejected, _Tracker
+from zbus.broker.client.tracker import JobResult, JobTracker, rejected_ids
 from zbus.common.security import KeyPair
 
 __all__ = ["AsyncBrokerClient"]
@@ -54,14 +54,14 @@ class AsyncBrokerClient:
         curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.ack_timeout = _check_timeout(ack_timeout)
-        self._tracker = _Tracker(max_results)
+        self.ack_timeout = check_ack_timeout(ack_timeout)
+        self._tracker = JobTracker(max_results)
         ctx = context or zmq.asyncio.Context.instance()
         self._sock: zmq.asyncio.Socket = ctx.socket(zmq.DEALER)
-        _dealer(self._sock, endpoint, ack_timeout, curve)
+        open_dealer(self._sock, endpoint, ack_timeout, curve)
         self._reader: asyncio.Task[None] | None = None
         self._ack_waiters: dict[str, asyncio.Future[None]] = {}
-        self._result_waiters: dict[str, list[asyncio.Future[_Outcome]]] = {}
+        self._result_waiters: dict[str, list[asyncio.Future[JobResult]]] = {}
         self._progress = asyncio.Event()  # set whenever a submit is answered
         self._acks_seen = 0
         self._closed = False
@@ -115,7 +115,7 @@ class AsyncBrokerClient:
         waiting = list(tracker.unacked)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        end = start + _check_wait(timeout)
+        end = start + check_wait(timeout)
         while tracker.unacked:
             before = tracker.acks
             deadline = min(end, loop.time() + self.ack_timeout)
@@ -129,7 +129,7 @@ class AsyncBrokerClient:
                         await self._progress.wait()
             if tracker.unacked and loop.time() >= end:
                 raise BrokerUnavailable(list(tracker.unacked), loop.time() - start)
-        return _rejected(tracker, waiting)
+        return rejected_ids(tracker, waiting)
 
     async def submit_many(
         self,
@@ -144,7 +144,7 @@ class AsyncBrokerClient:
         tracker = self._tracker
         ids: list[str] = []
         for args in args_list:
-            while len(tracker.unacked) >= _check_window(window):
+            while len(tracker.unacked) >= check_window(window):
                 self._progress.clear()
                 try:
                     async with asyncio.timeout(self.ack_timeout):
@@ -157,11 +157,11 @@ class AsyncBrokerClient:
 
     async def result(self, job_id: str, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """As :meth:`BrokerClient.result`."""
-        wait = _check_wait(timeout)
+        wait = check_wait(timeout)
         self._start_reader()
         outcome = self._tracker.results.pop(job_id, None)
         if outcome is None:
-            waiter: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+            waiter: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
             self._result_waiters.setdefault(job_id, []).append(waiter)
             try:
                 async with asyncio.timeout(None if math.isinf(wait) else wait):
@@ -183,7 +183,7 @@ class AsyncBrokerClient:
         *,
         timeout: float | None = None,  # noqa: ASYNC109
         job_timeout: float | None = None,
-        **options: Unpack[_OneJobOptions],
+        **options: Unpack[OneJobOptions],
     ) -> Any:
         """As :meth:`BrokerClient.submit_and_wait`."""
         job_id = await self.submit(queue, callable, timeout=job_timeout, **options)

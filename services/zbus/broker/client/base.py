@@ -49,12 +49,12 @@ class BatchOptions(_CommonOptions, total=False):
     timeout: float | None
 
 
-class _OneJobOptions(_CommonOptions, total=False):
+class OneJobOptions(_CommonOptions, total=False):
     args: Sequence[Any]
     job_id: str | None
 
 
-class JobOptions(_OneJobOptions, total=False):
+class JobOptions(OneJobOptions, total=False):
     """The keyword options of a submit (all optional).
 
     Attributes:
@@ -70,7 +70,7 @@ class JobOptions(_OneJobOptions, total=False):
     timeout: float | None
 
 
-_OPTION_NAMES: Final = JobOptions.__required_keys__ | JobOptions.__optional_keys__
+OPTION_NAMES: Final = JobOptions.__required_keys__ | JobOptions.__optional_keys__
 
 
 def _seconds_text(name: str, value: float, zero: str = "") -> str:
@@ -129,7 +129,7 @@ def call_body(
         raise TypeError(f"job arguments must be JSON values: {exc}") from None
 
 
-def _dealer(
+def open_dealer(
     sock: zmq.Socket[Any],
     endpoint: str,
     ack_timeout: float,
@@ -187,19 +187,19 @@ MAX_RESULTS: Final = 10_000_000
 MAX_ACK_TIMEOUT: Final = float(limits.DAY)
 
 
-def _check_window(window: int) -> int:
+def check_window(window: int) -> int:
     return limits.check_count("window", window, 1, MAX_WINDOW)
 
 
-def _check_timeout(ack_timeout: float) -> float:
+def check_ack_timeout(ack_timeout: float) -> float:
     return limits.check_seconds("ack_timeout", ack_timeout, MAX_ACK_TIMEOUT, positive=True)
 
 
-def _check_max_results(max_results: int) -> int:
+def check_max_results(max_results: int) -> int:
     return limits.check_count("max_results", max_results, 1, MAX_RESULTS)
 
 
-def _check_wait(timeout: float | None) -> float:
+def check_wait(timeout: float | None) -> float:
     """A wait's ``timeout``: None (no limit), or seconds >= 0 (infinity: no limit)."""
     if timeout is None:
         return math.inf

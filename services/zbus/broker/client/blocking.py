@@ -13,14 +13,14 @@ from zbus.broker.client.base import (
     DEFAULT_ENDPOINT,
     BatchOptions,
     JobOptions,
-    _check_timeout,
-    _check_wait,
-    _check_window,
-    _dealer,
-    _OneJobOptions,
+    OneJobOptions,
+    check_ack_timeout,
+    check_wait,
+    check_window,
+    open_dealer,
 )
 from zbus.broker.client.errors import BrokerUnavailable
-from zbus.broker.client.tracker import _rejected, _Tracker
+from zbus.broker.client.tracker import JobTracker, rejected_ids
 from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.security import KeyPair
 from zbus.common.wire import send_frames
@@ -62,10 +62,10 @@ class BrokerClient:
     ) -> None:
         self.endpoint = endpoint
         self.clock = clock
-        self.ack_timeout = _check_timeout(ack_timeout)
-        self._tracker = _Tracker(max_results)
+        self.ack_timeout = check_ack_timeout(ack_timeout)
+        self._tracker = JobTracker(max_results)
         self._sock: zmq.Socket[Any] = (context or zmq.Context.instance()).socket(zmq.DEALER)
-        _dealer(self._sock, endpoint, ack_timeout, curve)
+        open_dealer(self._sock, endpoint, ack_timeout, curve)
         self._sent = 0
         self._closed = False
 
@@ -132,7 +132,7 @@ class BrokerClient:
         tracker = self._tracker
         waiting = list(tracker.unacked)
         start = self.clock.monotonic()
-        end = start + _check_wait(timeout)
+        end = start + check_wait(timeout)
         while tracker.unacked:
             before = tracker.acks
             deadline = min(end, self.clock.monotonic() + self.ack_timeout)
@@ -140,7 +140,7 @@ class BrokerClient:
                 pass
             if tracker.unacked and (tracker.acks == before or self.clock.monotonic() >= end):
                 raise BrokerUnavailable(list(tracker.unacked), self.clock.monotonic() - start)
-        return _rejected(tracker, waiting)
+        return rejected_ids(tracker, waiting)
 
     def submit_many(
         self,
@@ -162,7 +162,7 @@ class BrokerClient:
         tracker = self._tracker
         ids: list[str] = []
         for args in args_list:
-            if len(tracker.unacked) >= _check_window(window):
+            if len(tracker.unacked) >= check_window(window):
                 deadline = self.clock.monotonic() + self.ack_timeout
                 while len(tracker.unacked) >= window:
                     if not self._read_until(deadline):
@@ -179,7 +179,7 @@ class BrokerClient:
             TimeoutError: no result within ``timeout``.
         """
         results = self._tracker.results
-        deadline = self.clock.monotonic() + _check_wait(timeout)
+        deadline = self.clock.monotonic() + check_wait(timeout)
         while job_id not in results:
             if not self._read_until(deadline):
                 raise TimeoutError(f"no result for job {job_id} within {timeout:g}s")
@@ -192,7 +192,7 @@ class BrokerClient:
         *,
         timeout: float | None = None,
         job_timeout: float | None = None,
-        **options: Unpack[_OneJobOptions],
+        **options: Unpack[OneJobOptions],
     ) -> Any:
         """:meth:`submit` then :meth:`result`: ``timeout`` bounds the wait for the result,
         ``job_timeout`` is the job's own ``timeout`` option."""

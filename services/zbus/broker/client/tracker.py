@@ -1,7 +1,7 @@
 """The bookkeeping both broker clients share, without I/O.
 
-:class:`_Tracker` builds REQUESTs and takes what the broker sends: it knows the jobs
-still waiting for their ACK, keeps results (each an :class:`_Outcome`) until they are
+:class:`JobTracker` builds REQUESTs and takes what the broker sends: it knows the jobs
+still waiting for their ACK, keeps results (each an :class:`JobResult`) until they are
 asked for, and counts what it drops.
 """
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from zbus.broker.client.base import (
-    _OPTION_NAMES,
     DIALECT,
+    OPTION_NAMES,
     JobOptions,
-    _check_max_results,
     call_body,
     check_job,
+    check_max_results,
     job_headers,
 )
 from zbus.broker.client.errors import JobFailed
@@ -31,7 +31,7 @@ log = logging.getLogger("zbus.broker.client")
 
 
 @dataclass(frozen=True, slots=True)
-class _Outcome:
+class JobResult:
     """A job's result: ``value``, or the error fields when ``state`` is set."""
 
     value: Any = None
@@ -45,7 +45,7 @@ class _Outcome:
         return self.value
 
 
-def _parse_outcome(body: bytes) -> _Outcome | None:
+def _parse_outcome(body: bytes) -> JobResult | None:
     """The outcome in a result REPLY body; ``None`` when it is neither value nor error."""
     try:
         data = json.loads(body)
@@ -54,30 +54,32 @@ def _parse_outcome(body: bytes) -> _Outcome | None:
     if not isinstance(data, dict):
         return None
     if "value" in data:
-        return _Outcome(data["value"])
+        return JobResult(data["value"])
     error = data.get("error")
     if error is None:
         return None
     state = str(data.get("state", "failed"))
     if isinstance(error, dict):
-        return _Outcome(None, state, str(error.get("type", "Error")), str(error.get("message", "")))
-    return _Outcome(None, state, "Error", str(error))
+        return JobResult(
+            None, state, str(error.get("type", "Error")), str(error.get("message", ""))
+        )
+    return JobResult(None, state, "Error", str(error))
 
 
-class _Tracker:
+class JobTracker:
     """What both clients know, without I/O: missing ACKs, kept results, drop counters."""
 
     def __init__(self, max_results: int) -> None:
-        self.max_results = _check_max_results(max_results)
+        self.max_results = check_max_results(max_results)
         self.unacked: dict[str, None] = {}  # an ordered set: oldest first
-        self.results: dict[str, _Outcome] = {}
+        self.results: dict[str, JobResult] = {}
         self.acks = 0  # answers to submits seen; wait_acks measures progress by it
         self.counters = {"malformed": 0, "unexpected": 0, "handoffs": 0, "results_dropped": 0}
         self._headers: dict[tuple[object, ...], emqp.Headers] = {}
 
     def request(self, queue: str, callable: str, options: JobOptions) -> tuple[str, list[bytes]]:
         """A new job id (unless given) and the REQUEST frames; the id now awaits its ACK."""
-        unknown = options.keys() - _OPTION_NAMES
+        unknown = options.keys() - OPTION_NAMES
         if unknown:
             raise TypeError(f"unknown job options: {', '.join(sorted(unknown))}")
         check_job(queue, options.get("job_id") or None)
@@ -134,7 +136,7 @@ class _Tracker:
         log.debug("unexpected command from the broker dropped", extra={"command": cmd.COMMAND})
         return None
 
-    def keep(self, job_id: str, outcome: _Outcome) -> None:
+    def keep(self, job_id: str, outcome: JobResult) -> None:
         results = self.results
         results.pop(job_id, None)  # a repeated result moves to the newest end
         results[job_id] = outcome
@@ -150,6 +152,6 @@ class _Tracker:
         return JobFailed(job_id, outcome.state, outcome.error_type, outcome.message)
 
 
-def _rejected(tracker: _Tracker, job_ids: list[str]) -> list[str]:
+def rejected_ids(tracker: JobTracker, job_ids: list[str]) -> list[str]:
     results = tracker.results
     return [j for j in job_ids if (o := results.get(j)) is not None and o.state == "rejected"]
