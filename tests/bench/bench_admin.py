@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from tests.bench.harness import Result, interleaved, report
-from tests.support.bus import free_base_port, free_port
+from tests.support.ports import released_port
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = int(os.environ.get("ZBUS_BENCH_ADMIN_REQUESTS", "200"))
@@ -41,9 +41,9 @@ CASES: list[tuple[str, str, bytes | None]] = [
 
 
 def _start_bus(data_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    admin = free_port()
+    admin = released_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zbus.eventbus", "--port", str(free_base_port())],
+        [sys.executable, "-m", "zbus.eventbus", "--port", str(released_port(4))],
         cwd=ROOT,
         env={
             **os.environ,

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.support.bus import free_port
+from tests.support.ports import released_port
 from zbus.broker.client import BrokerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def _zbus(tmp: Path) -> tuple[float, float]:
-    client_port, worker_port, admin = free_port(), free_port(), free_port()
+    client_port, worker_port, admin = released_port(), released_port(), released_port()
     env = {**os.environ, "ZBUS_LOG_LEVEL": "WARNING"}
     procs = [
         subprocess.Popen(
@@ -69,7 +69,7 @@ def _zbus(tmp: Path) -> tuple[float, float]:
     try:
         _wait_ready(f"http://127.0.0.1:{admin}/readyz", procs[0])
         for _ in range(WORKERS):
-            port = free_port()
+            port = released_port()
             procs.append(
                 subprocess.Popen(
                     [
@@ -117,7 +117,7 @@ def _celery(tmp: Path) -> float:
     redis = shutil.which("redis-server")
     if redis is None:
         raise RuntimeError("redis-server is not installed: apt-get install redis-server")
-    port = free_port()
+    port = released_port()
     url = f"redis://127.0.0.1:{port}/0"
     server = subprocess.Popen(
         [redis, "--port", str(port), "--save", "", "--appendonly", "no"],

@@ -34,7 +34,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from tests.support.bus import free_port
+from tests.support.ports import released_port
 from zbus.common.protocols import eventbus_ext as ext
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,8 +217,8 @@ def _flow(
 class Bus:
     def __init__(self, data_dir: Path, **env: str) -> None:
         self.data_dir = data_dir
-        self.admin = free_port()
-        self.port = free_port()
+        self.admin = released_port()
+        self.port = released_port(4)
         base = {"ZBUS_DATA_DIR": str(data_dir), "ZBUS_LOG_LEVEL": "WARNING"}
         self.env = {**os.environ, **base, **env}
 
@@ -229,7 +229,7 @@ class Bus:
                 try:
                     s.bind(("127.0.0.1", p))
                 except OSError:
-                    self.port = free_port()
+                    self.port = released_port(4)
                     return self.start()
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
@@ -286,9 +286,9 @@ def throughput(tmp: Path) -> dict[str, float]:
         bare, _ = _client_flow(bus.ep(0), N)
     finally:
         bus.stop()
-    c, p = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    c, p = f"tcp://127.0.0.1:{released_port()}", f"tcp://127.0.0.1:{released_port()}"
     base, base_got = _flow(c, p, N, forwarder=True)
-    c, p = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    c, p = f"tcp://127.0.0.1:{released_port()}", f"tcp://127.0.0.1:{released_port()}"
     spec, spec_got = _flow(c, p, N // 5, forwarder=True, per_event=True)
     print(
         f"throughput  bus, zbus client library: {rate:>10,.0f} events/s  "
@@ -526,7 +526,7 @@ def _peers_throughput() -> dict[str, float]:
         if not Path(path).exists():
             print(f"            {binary} not installed: apt-get install {binary}")
             continue
-        port = free_port()
+        port = released_port()
         server = subprocess.Popen(
             [path, *args, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

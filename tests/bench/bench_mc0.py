@@ -35,7 +35,7 @@ from typing import Any
 import zmq
 
 from tests.bench.bench_eventbus import Bus
-from tests.support.bus import free_port
+from tests.support.ports import released_port
 from zbus.common.protocols import eventbus as eb
 
 DELIVERIES = int(os.environ.get("ZBUS_BENCH_MC0_DELIVERIES", "200000"))
@@ -164,7 +164,7 @@ def _run(bus: Bus, mc0_port: int, kind: str, k: int, n: int, rate: float) -> dic
 def main() -> bool:
     print("\n== mc0 door: PUT -> MESSAGE fan-out, beside the Event BUS path")
     tmp = Path(tempfile.mkdtemp(prefix="zbus-bench-mc0-"))
-    mc0_port = free_port()
+    mc0_port = released_port()
     # Small events, so that every door's queue holds thousands of them.
     bus = Bus(
         tmp / "bus",

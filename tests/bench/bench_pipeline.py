@@ -51,7 +51,7 @@ from pyspark.find_spark_home import _find_spark_home
 
 from tests.bench.cold_topic_stats import MARK
 from tests.support.archive import ARROW_SCHEMA, archive_mark, make_events, write_archive
-from tests.support.bus import free_port
+from tests.support.ports import released_port
 from zbus.broker.client import BrokerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,8 +214,8 @@ def _running_system(tmp: Path, archive: Path) -> Iterator[str]:
     """A broker and a sparkworker (``local[2]``) as processes; yields the broker's client
     endpoint once the worker's session is up. Both are stopped by their pids (SIGTERM,
     then SIGKILL) on the way out; their logs are in ``tmp``."""
-    client_port, worker_port = free_port(), free_port()
-    broker_admin, worker_admin = free_port(), free_port()
+    client_port, worker_port = released_port(), released_port()
+    broker_admin, worker_admin = released_port(), released_port()
     env = {
         **os.environ,
         "ZBUS_LOG_LEVEL": "WARNING",

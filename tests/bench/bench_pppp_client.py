@@ -34,8 +34,8 @@ from typing import Any
 import zmq
 
 from tests.bench.bench_eventbus import Bus
-from tests.support.bus import free_port
 from tests.support.bus_process import memory_bytes
+from tests.support.ports import released_port
 from zbus import BusEndpoints, EventBusClient, PPPPSubscriber
 from zbus.common.protocols import pppp
 from zbus.common.protocols.pppp_event import SyncEnd, decode_payload
@@ -165,7 +165,7 @@ class _Lagging(threading.Thread):
 
 def _memory(tmp: Path, lagging: bool) -> tuple[int, int, int]:
     """(bus RSS once LAG events are in, the door's backlog, messages the subscriber got)."""
-    pppp_port = free_port()
+    pppp_port = released_port()
     bus = Bus(
         tmp / ("lag" if lagging else "base"), ZBUS_ARCHIVE="false", ZBUS_PPPP_PORT=str(pppp_port)
     )
@@ -195,7 +195,7 @@ def _memory(tmp: Path, lagging: bool) -> tuple[int, int, int]:
 def main() -> bool:
     print("\n== PPPP subscribers beside the Event BUS live path; a subscriber that never ACKs")
     tmp = Path(tempfile.mkdtemp(prefix="zbus-bench-pppp-"))
-    pppp_port = free_port()
+    pppp_port = released_port()
     # Small events, so that every door's queue holds thousands of them (as bench_mc0).
     bus = Bus(
         tmp / "bus",

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from tests.support import chart
-from tests.support.bus import free_port
 
 
 def _executor_command() -> list[str]:
@@ -23,8 +22,10 @@ def _executor_command() -> list[str]:
     return command
 
 
-def test_the_executor_template_starts_sparks_executor_backend(tmp_path: Path) -> None:
-    port = free_port()  # nothing listens there: the driver is missing
+def test_the_executor_template_starts_sparks_executor_backend(
+    tmp_path: Path, refused_port: int
+) -> None:
+    port = refused_port  # nothing listens there: the driver is missing
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

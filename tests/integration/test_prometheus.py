@@ -15,10 +15,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tests.integration.catalog.test_catalog import running_catalog
 from tests.support.broker import running_broker
-from tests.support.bus import free_port, running_bus
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.bus import running_bus
+from tests.support.catalog import running_catalog
+from tests.support.ports import HeldPorts
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.runtime.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +81,10 @@ async def test_prometheus_scrapes_the_services_and_promtool_accepts_their_metric
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: zbus\n"
             f"    static_configs:\n{targets}\n"
         )
-        web = f"127.0.0.1:{free_port()}"
+        # Prometheus is told its port: held until it starts.
+        held = HeldPorts()
+        web = f"127.0.0.1:{held.port}"
+        held.release()
         log = (tmp_path / "prometheus.log").open("wb")
         server = await asyncio.create_subprocess_exec(
             _tool("prometheus"),
@@ -110,7 +114,7 @@ async def test_prometheus_scrapes_the_services_and_promtool_accepts_their_metric
                         services
                     )
 
-                await async_wait_for(all_up, within=60, what="every service scraped")
+                await async_wait_until(all_up, within=60, what="every service scraped")
                 # zbus's own series arrived, from each service.
                 for name, metric in (
                     ("catalog", "zbus_catalog_events_total"),
@@ -122,7 +126,7 @@ async def test_prometheus_scrapes_the_services_and_promtool_accepts_their_metric
                         rows = await query(f'{{__name__="{metric}",service="{name}"}}')
                         return bool(rows)
 
-                    await async_wait_for(present, within=30, what=f"{metric} in Prometheus")
+                    await async_wait_until(present, within=30, what=f"{metric} in Prometheus")
         finally:
             server.terminate()
             try:

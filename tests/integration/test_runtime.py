@@ -19,7 +19,7 @@ import zmq.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.echo_service import EchoService, EchoSettings
-from tests.support.waiting import UNIT, async_wait_for, wait_for
+from tests.support.waiting import UNIT, async_wait_until, wait_until
 from zbus.common.settings import ConfigError
 
 
@@ -40,7 +40,7 @@ async def _started(service: EchoService) -> asyncio.Task[None]:
             task.result()
         return service.readiness()["started"]
 
-    await async_wait_for(ready, what="service start")
+    await async_wait_until(ready, what="service start")
     return task
 
 
@@ -259,4 +259,4 @@ def test_invalid_configuration_exits_with_a_clear_message(tmp_path: Path) -> Non
 
 def test_wait_for_reports_what_it_waited_for() -> None:
     with pytest.raises(AssertionError, match="waiting for nothing"):
-        wait_for(lambda: False, timeout=0.05, what="nothing")
+        wait_until(lambda: False, timeout=0.05, what="nothing")

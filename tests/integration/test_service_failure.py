@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from tests.support.echo_service import EchoService, EchoSettings
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.common.threads import EssentialThread
 
 
@@ -52,7 +52,7 @@ async def _started(service: EchoService) -> asyncio.Task[None]:
             task.result()
         return service.readiness()["started"]
 
-    await async_wait_for(ready, what="service start")
+    await async_wait_until(ready, what="service start")
     return task
 
 
@@ -69,7 +69,7 @@ async def test_a_dead_essential_thread_stops_the_service_and_healthz_says_so(
         async def failed() -> bool:
             return service.failure is not None
 
-        await async_wait_for(failed, what="the service to notice the dead thread")
+        await async_wait_until(failed, what="the service to notice the dead thread")
         answer = await http.get("/healthz")  # the drain is held: the admin API still runs
         assert answer.status_code == 503
         assert answer.json()["status"] == "failing"

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bus import free_base_port
 from tests.support.waiting import UNIT
 from zbus.broker.server.config import BrokerSettings
 from zbus.broker.server.service import BrokerService
@@ -51,7 +50,7 @@ Case = Callable[[Path, int], tuple[Service, str]]
 
 def _bus_collector_taken(data_dir: Path, port: int) -> tuple[Service, str]:
     # The pipeline thread fails to bind: the snapshot thread never started.
-    settings = EventBusSettings(data_dir=data_dir, port=free_base_port(), collector_port=port)
+    settings = EventBusSettings(data_dir=data_dir, port=0, collector_port=port)
     return EventBusService(settings), str(port)
 
 

@@ -8,15 +8,15 @@ import os
 import subprocess
 import sys
 import uuid as uuidlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.running import running_service
+from tests.support.waiting import UNIT, Deadline
 from zbus.broker.server.config import BrokerSettings
 from zbus.broker.server.service import BrokerService
 from zbus.common.clock import Clock
@@ -58,26 +58,15 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
-@asynccontextmanager
-async def running_broker(
+def running_broker(
     data_dir: Path, *, clock: Clock | None = None, **settings: Any
-) -> AsyncIterator[BrokerService]:
+) -> AbstractAsyncContextManager[BrokerService]:
+    """A real broker on this loop, on ports it chose, reading ``clock`` (the system's by
+    default)."""
     service = BrokerService(
         BrokerSettings(client_port=0, worker_port=0, data_dir=data_dir, **settings), clock=clock
     )
-    task = asyncio.create_task(service.run())
-
-    async def started() -> bool:
-        if task.done():
-            task.result()
-        return service.readiness()["started"]
-
-    await async_wait_for(started, what="broker start")
-    try:
-        yield service
-    finally:
-        service.request_stop()
-        await asyncio.wait_for(task, 20 * UNIT)
+    return running_service(service, "broker start")
 
 
 def new_id() -> str:
@@ -104,8 +93,9 @@ class Peer:
         return emqp.decode(frames, DIALECT)
 
     async def recv_skipping_heartbeats(self, within: float = 10.0) -> emqp.EmqpCommand:
+        deadline = Deadline(within, "a command other than a HEARTBEAT")
         while True:
-            cmd = await self.recv(within)
+            cmd = await self.recv(deadline.left() / UNIT)
             if not isinstance(cmd, emqp.Heartbeat):
                 return cmd
 

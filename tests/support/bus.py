@@ -1,13 +1,13 @@
-"""Helpers for event bus tests: run a real bus in process, and raw spec/extension peers."""
+"""A real event bus in this process (on this loop, in a thread of its own, or on a base
+port), and raw ZB-PUB publishing."""
 
 from __future__ import annotations
 
 import asyncio
-import random
-import socket
+import threading
 import uuid as uuidlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,9 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.ports import HeldPorts
+from tests.support.running import running_service, start_service
+from tests.support.waiting import UNIT, wait_until
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.settings import ConfigError
 from zbus.eventbus.server.config import EventBusSettings
@@ -30,25 +32,12 @@ def new_event(topic: str, data: bytes = b"\x01", producer: str = "test") -> ext.
     return ext.EventData(topic, producer, stamp(), str(uuidlib.uuid4()), data)
 
 
-@asynccontextmanager
-async def running_bus(
+def running_bus(
     data_dir: Path, port: int = 0, **settings: Any
-) -> AsyncIterator[EventBusService]:
-    """A real event bus in this process (on free ports, or on ``port``..``port + 3``)."""
+) -> AbstractAsyncContextManager[EventBusService]:
+    """A real event bus on this loop (on ports it chose, or on ``port``..``port + 3``)."""
     service = EventBusService(EventBusSettings(port=port, data_dir=data_dir, **settings))
-    task = asyncio.create_task(service.run())
-
-    async def started() -> bool:
-        if task.done():
-            task.result()
-        return service.readiness()["started"]
-
-    await async_wait_for(started, what="event bus start")
-    try:
-        yield service
-    finally:
-        service.request_stop()
-        await asyncio.wait_for(task, 20 * UNIT)
+    return running_service(service, "event bus start")
 
 
 async def confirmed_publish(
@@ -61,33 +50,40 @@ async def confirmed_publish(
     return list(reply.sequences)
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@contextmanager
+def bus_thread(data_dir: Path, **settings: Any) -> Iterator[EventBusService]:
+    """A real event bus with its mc0 door on ports it chose (port 0), run on a loop in its
+    own thread, so that the test's blocking sockets and clients never stall it."""
+    options: dict[str, Any] = {"port": 0, "mc0_port": 0, "archive": False, "shutdown_timeout": 5}
+    options.update(settings)
+    service = EventBusService(EventBusSettings(data_dir=data_dir, **options))
+    loop = asyncio.new_event_loop()
+    failed: list[BaseException] = []
+    finished = threading.Event()
 
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        # As ZeroMQ binds: a port left in TIME_WAIT by an earlier test is usable.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    def run() -> None:
         try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+            loop.run_until_complete(service.run())
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            loop.close()
+            finished.set()
 
-
-def free_base_port() -> int:
-    """A port P with P..P+3 free (the bus's four sockets), below the kernel's ephemeral
-    range, where outgoing connections of other tests do not land."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20_000, 32_000)
-        if all(_free(port + i) for i in range(4)):
-            return port
-    raise AssertionError("no four consecutive free ports")
+    thread = threading.Thread(target=run, name="test-eventbus", daemon=True)
+    thread.start()
+    wait_until(
+        lambda: finished.is_set() or service.readiness()["started"], 20, what="event bus start"
+    )
+    if failed:
+        raise failed[0]
+    try:
+        yield service
+    finally:
+        if not finished.is_set():
+            loop.call_soon_threadsafe(service.request_stop)
+        thread.join(20 * UNIT)
+        assert not thread.is_alive(), "the event bus did not stop"
 
 
 @asynccontextmanager
@@ -95,19 +91,13 @@ async def bus_on_base_port(data_dir: Path, **settings: Any) -> AsyncIterator[str
     """A real event bus on P..P+3, as clients that know only a base endpoint need (log
     shipping); yields ``tcp://127.0.0.1:P``."""
     for attempt in range(5):
-        port = free_base_port()
+        with HeldPorts(4) as held:
+            port = held.port
         service = EventBusService(
             EventBusSettings(port=port, data_dir=data_dir / str(attempt), **settings)
         )
-        task = asyncio.create_task(service.run())
-
-        async def started(task: asyncio.Task[None] = task, bus: EventBusService = service) -> bool:
-            if task.done():
-                task.result()
-            return bus.readiness()["started"]
-
         try:
-            await async_wait_for(started, what="event bus start")
+            task = await start_service(service, "event bus start")
         except ConfigError:  # another process took one of the ports meanwhile
             continue
         try:

@@ -1,18 +1,22 @@
 """The compose file as Compose v2 reads it (`docker compose config`: variables filled in
-from their defaults and .env, every short form made long), and what the images it runs
-bring along (the ENV and HEALTHCHECK of their Dockerfiles).
+from their defaults and .env, every short form made long), what the images it runs
+bring along (the ENV and HEALTHCHECK of their Dockerfiles), and the host ports it
+publishes, as written (:func:`published_ports`: by the variable that moves each one).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import yaml
 
 from tests.support.deploy import ROOT
 
@@ -170,3 +174,58 @@ def services(path: Path) -> dict[str, ComposeService]:
             healthcheck=test,
         )
     return out
+
+
+#: A published port as docker-compose.yml writes them: the host's address and port (or
+#: range) each from a variable with a default, then the container's port.
+_PUBLISHED: Final = re.compile(
+    r"\$\{ZBUS_PUBLISH_HOST:-[^}]*\}:"
+    r"\$\{(?P<variable>\w+):-(?P<default>\d+(?:-\d+)?)\}:"
+    r"(?P<target>\d+)(?:/(?P<protocol>tcp|udp))?"
+)
+
+
+@dataclass(frozen=True)
+class PublishedPort:
+    """One entry of a service's ``ports:`` as written in a compose file.
+
+    ``variable`` is the compose variable that sets the host port (or range), with its
+    ``default``; it is None for an entry in any other form (a fixed host port, say),
+    which nothing can move.
+    """
+
+    service: str
+    entry: str
+    variable: str | None = None
+    default: str = ""
+    target: int = 0
+    protocol: str = "tcp"
+
+    @property
+    def is_range(self) -> bool:
+        return "-" in self.default
+
+
+def published_ports(path: Path) -> list[PublishedPort]:
+    """Every port ``path``'s services publish (all profiles), read from the file as written:
+    ``docker compose config`` would fill in the variables this is about."""
+    model = yaml.safe_load(path.read_text()) or {}
+    found = []
+    for service, spec in (model.get("services") or {}).items():
+        for entry in (spec or {}).get("ports") or []:
+            text = entry if isinstance(entry, str) else json.dumps(entry, sort_keys=True)
+            match = _PUBLISHED.fullmatch(text) if isinstance(entry, str) else None
+            if match is None:
+                found.append(PublishedPort(service, text))
+                continue
+            found.append(
+                PublishedPort(
+                    service,
+                    text,
+                    match["variable"],
+                    match["default"],
+                    int(match["target"]),
+                    match["protocol"] or "tcp",
+                )
+            )
+    return found

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from tests.support.bus import free_base_port, free_port
+from tests.support.ports import HeldPorts
 from tests.support.waiting import UNIT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,13 +31,14 @@ SHIPPED = ROOT / "deploy" / "local-cluster.toml"
 FIXED_PORTS = (5246, 47291, 47290, 61616, 5560, 8701, 8702, 8703, 8704, 8705)
 
 
-def port_map() -> dict[int, int]:
-    """Each port of the shipped cluster file, moved to a free one."""
-    bus = free_base_port()
-    moved = {5556 + i: bus + i for i in range(4)}
-    for port in FIXED_PORTS:
-        moved[port] = free_port()
-    return moved
+def port_map() -> tuple[dict[int, int], HeldPorts]:
+    """Each port of the shipped cluster file, moved to a free one (the event bus's four
+    consecutive, as its base port P..P+3), and the moved ports, held by this process until
+    the launcher starts: the cluster file gives the launcher its services' ports."""
+    held = HeldPorts(4 + len(FIXED_PORTS))
+    moved = {5556 + i: held.ports[i] for i in range(4)}
+    moved.update(zip(FIXED_PORTS, held.ports[4:], strict=True))
+    return moved, held
 
 
 def moved(text: str, ports: Mapping[int, int]) -> str:
@@ -137,9 +138,10 @@ def local_cluster(
     assert not unknown, f"the shipped cluster has no {sorted(unknown)}"
     if services is None and without:
         services = tuple(name for name in shipped if name not in set(without))
-    ports = port_map()
+    ports, held = port_map()
     config = cluster_file(tmp_path / "cluster.toml", ports, services=services, env=env)
     state = tmp_path / "state"
+    held.release()
     launcher = subprocess.Popen(
         [sys.executable, "-m", "zbus", "up", "--config", str(config), "--state-dir", str(state)],
         cwd=ROOT,

@@ -1,59 +1,16 @@
-"""Helpers for mc0 tests: a real event bus in a thread of its own, and a raw mc0 peer."""
+"""Helpers for mc0 tests: a raw mc0 peer, the real connector's CONNECT."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import zmq
 
-from tests.support.waiting import UNIT, wait_for
-from zbus.eventbus.server.config import EventBusSettings
-from zbus.eventbus.server.service import EventBusService
+from tests.support.waiting import UNIT, wait_until
 
 # The real connector's CONNECT (PEERS.md): keys sorted, VERSION 0.2, TTL in ms.
 UUID = b"9d5c1f3a-7e2b-4c8d-a6f0-3b1e5d7c9a24"
-
-
-@contextmanager
-def bus_thread(data_dir: Path, **settings: Any) -> Iterator[EventBusService]:
-    """A real event bus with its mc0 door on free ports, run on a loop in its own thread,
-    so that the test's blocking sockets and clients never stall it."""
-    options: dict[str, Any] = {"port": 0, "mc0_port": 0, "archive": False, "shutdown_timeout": 5}
-    options.update(settings)
-    service = EventBusService(EventBusSettings(data_dir=data_dir, **options))
-    loop = asyncio.new_event_loop()
-    failed: list[BaseException] = []
-    finished = threading.Event()
-
-    def run() -> None:
-        try:
-            loop.run_until_complete(service.run())
-        except BaseException as exc:
-            failed.append(exc)
-        finally:
-            loop.close()
-            finished.set()
-
-    thread = threading.Thread(target=run, name="test-eventbus", daemon=True)
-    thread.start()
-    wait_for(
-        lambda: finished.is_set() or service.readiness()["started"], 20, what="event bus start"
-    )
-    if failed:
-        raise failed[0]
-    try:
-        yield service
-    finally:
-        if not finished.is_set():
-            loop.call_soon_threadsafe(service.request_stop)
-        thread.join(20 * UNIT)
-        assert not thread.is_alive(), "the event bus did not stop"
 
 
 class RawPeer:
@@ -93,7 +50,7 @@ def connector_connect(peer: RawPeer, ttl: bytes = b"30000", ident: bytes = UUID)
 
 def wait_value(read: Any, want: Any, timeout: float = 10.0, what: str = "value") -> None:
     """Poll ``read()`` until it returns ``want``."""
-    wait_for(lambda: read() == want, timeout, what=f"{what} == {want!r}")
+    wait_until(lambda: read() == want, timeout, what=f"{what} == {want!r}")
 
 
 def until(deadline_s: float) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.waiting import UNIT
+from tests.support.waiting import UNIT, Deadline
 from zbus.common.protocols import pppp
 from zbus.common.protocols.pppp_event import EventPayload, SyncEnd, decode_payload
 
@@ -35,8 +35,9 @@ class RawSubscriber:
 
     def publish(self, timeout: float = 10.0) -> tuple[pppp.Publish, EventPayload | SyncEnd]:
         """The next PUBLISH (heartbeats skipped) and what it carries."""
+        deadline = Deadline(timeout, f"a PUBLISH to {self.name!r}")
         while True:
-            cmd = self.recv(timeout)
+            cmd = self.recv(deadline.left() / UNIT)
             if isinstance(cmd, pppp.Publish):
                 return cmd, decode_payload(cmd)
 

@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from tests.support.bus_process import bus_process, memory_bytes
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, Deadline, wait_until
 from zbus.common.protocols import pppp
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 
@@ -53,8 +53,9 @@ def _stalled_subscriber(ctx: zmq.Context[Any], endpoint: str) -> zmq.Socket[Any]
     sock.routing_id = b"stalled"
     sock.connect(endpoint)
     sock.send_multipart(pppp.encode(pppp.Subscribe(CHANNEL)))
+    deadline = Deadline(10, "the SYNC from the PPPP door")
     while True:  # the SYNC: no topic yet, so its end alone
-        assert sock.poll(int(10_000 * UNIT)), "no SYNC from the PPPP door"
+        assert sock.poll(int(deadline.left() * 1000)), "no SYNC from the PPPP door"
         cmd = pppp.decode_from_publisher(sock.recv_multipart())
         if isinstance(cmd, pppp.Publish) and cmd.sequence == 0:
             break
@@ -84,7 +85,9 @@ def run(
                         timeout=60 * UNIT,
                     )
             want = events if stalled else -1
-            wait_for(lambda: _backlog(ends["admin"]) == want, 60, what="the door took every event")
+            wait_until(
+                lambda: _backlog(ends["admin"]) == want, 60, what="the door took every event"
+            )
             backlog = _backlog(ends["admin"])
             peak, rss = memory_bytes(pid, "VmHWM"), memory_bytes(pid)
             if sub is not None:

@@ -10,7 +10,7 @@ import zmq
 import zmq.asyncio
 
 from tests.support.broker import Peer, call_body, new_id, running_broker
-from tests.support.waiting import async_wait_for
+from tests.support.waiting import async_wait_until
 from zbus.common.protocols import emqp
 
 
@@ -47,7 +47,7 @@ async def test_round_trip_returns_the_result_to_the_client(tmp_path: Path) -> No
                 j = await broker.read(lambda r: r.get(job_id))
                 return j is not None and j.state.value == "succeeded"
 
-            await async_wait_for(stored, what="succeeded job in the store")
+            await async_wait_until(stored, what="succeeded job in the store")
             # A duplicate REQUEST runs nothing and gets the result again.
             await client.send(emqp.Request(job_id, "default", (), call_body("echo", 1, 2)))
             again = await client.recv()
@@ -114,7 +114,7 @@ async def test_malformed_frames_are_counted_and_change_nothing(tmp_path: Path) -
                         )
                 return total
 
-            await async_wait_for(lambda: asyncio.sleep(0, rejected() >= 7), what="rejections")
+            await async_wait_until(lambda: asyncio.sleep(0, rejected() >= 7), what="rejections")
             counts = await broker.read(lambda r: r.counts())
             assert counts == {}
             # And the broker still serves a real job.

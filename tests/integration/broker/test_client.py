@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import zmq
 
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, wait_until
 from zbus.broker.client import (
     DIALECT,
     NO_PATH,
@@ -203,7 +203,7 @@ def test_pipelined_submits_keep_at_most_window_jobs_unacknowledged() -> None:
             )
         )
         submitting.start()
-        wait_for(lambda: len(port.requests) == 5, what="the first window")
+        wait_until(lambda: len(port.requests) == 5, what="the first window")
         port.hold = False  # the held ACKs go out, and every later one at once
         submitting.join(10 * UNIT)
         assert not submitting.is_alive()

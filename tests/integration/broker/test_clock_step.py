@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from tests.support.broker import running_broker
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.broker.client import AsyncBrokerClient
 from zbus.broker.client.worker import Worker
 from zbus.common.clock import SteppableClock
@@ -49,7 +49,7 @@ async def test_a_wall_clock_step_an_hour_each_way_keeps_the_worker_and_the_job(
         try:
             # A timeout far shorter than an hour, and a retry that would run it again.
             job_id = await client.submit("default", "hold", args=(1,), timeout=60, retries=1)
-            await async_wait_for(lambda: asyncio.sleep(0, started.is_set()), what="job started")
+            await async_wait_until(lambda: asyncio.sleep(0, started.is_set()), what="job started")
             for step in (HOUR, -HOUR):
                 clock.step(step)
                 await asyncio.sleep(3 * BEAT * MISSES * UNIT)  # three expiry periods

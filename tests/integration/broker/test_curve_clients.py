@@ -22,7 +22,7 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 from tests.support.broker import running_broker
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.broker.client import AsyncBrokerClient, BrokerClient, BrokerUnavailable
 from zbus.broker.client.worker import Worker
 from zbus.broker.server.service import BrokerService
@@ -120,7 +120,7 @@ class MonitoredContext(zmq.asyncio.Context):
         async def made() -> bool:
             return len(self.monitors) > index
 
-        await async_wait_for(made, what=f"DEALER number {index + 1}")
+        await async_wait_until(made, what=f"DEALER number {index + 1}")
         event = await asyncio.wait_for(recv_monitor_message(self.monitors[index]), 10 * UNIT)
         return int(event["event"])
 
@@ -174,7 +174,7 @@ async def test_a_reconnected_worker_speaks_curve_again(tmp_path: Path, keys: Cur
                 # identity known to it is a re-created socket that made the handshake.
                 return worker.counters["reconnects"] >= 1 and len(await listed_workers(broker)) >= 2
 
-            await async_wait_for(informed_twice, what="INFORMs from two of the worker's sockets")
+            await async_wait_until(informed_twice, what="INFORMs from two of the worker's sockets")
 
 
 async def test_an_unlisted_client_gets_no_acknowledgement(tmp_path: Path, keys: CurveKeys) -> None:
@@ -262,7 +262,7 @@ async def test_the_worker_service_connects_over_curve(tmp_path: Path, keys: Curv
             return service.readiness()["started"]
 
         try:
-            await async_wait_for(started, what="worker service start")
+            await async_wait_until(started, what="worker service start")
             curve = keys.curve(keys.client_secret)
             async with AsyncBrokerClient(broker.endpoints["clients"], curve=curve) as client:
                 value = await client.submit_and_wait("default", "echo", args=(7,), timeout=30)

@@ -14,7 +14,7 @@ from pathlib import Path
 import zmq
 
 from tests.support.broker import DIALECT, call_body, new_id
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, Deadline, wait_until
 from zbus.broker.server.store import JobStore
 from zbus.common.protocols import emqp
 
@@ -64,7 +64,9 @@ class _Peer:
         self.sock.send_multipart(emqp.encode(cmd, DIALECT))
 
     def recv(self) -> emqp.EmqpCommand:
+        deadline = Deadline(10, "a command other than a HEARTBEAT")
         while True:
+            deadline.left()  # each read has RCVTIMEO; heartbeats alone must not go on
             cmd = emqp.decode(self.sock.recv_multipart(), DIALECT)
             if not isinstance(cmd, emqp.Heartbeat):
                 return cmd
@@ -125,7 +127,7 @@ def test_jobs_survive_kill_9_and_acknowledged_results_do_not_run_again(tmp_path:
         def all_succeeded() -> bool:  # the last REPLYs reached the broker and its store
             return all(_state(admin, job_id) == "succeeded" for job_id in jobs)
 
-        wait_for(all_succeeded, what="every job succeeded")
+        wait_until(all_succeeded, what="every job succeeded")
         worker.sock.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -24,7 +24,7 @@ from tests.support.broker import (
     start_broker_process,
     stop_process,
 )
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, Deadline, wait_until
 from zbus import AsyncBrokerClient, BrokerClient
 from zbus.broker.core.limits import MAX_RETRIES
 from zbus.broker.server.store import JobStore
@@ -44,7 +44,9 @@ class _Peer:
         self.sock.send_multipart(emqp.encode(cmd, DIALECT))
 
     def recv(self) -> emqp.EmqpCommand:
+        deadline = Deadline(10, "a command other than a HEARTBEAT")
         while True:
+            deadline.left()  # each read has RCVTIMEO; heartbeats alone must not go on
             cmd = emqp.decode(self.sock.recv_multipart(), DIALECT)
             if not isinstance(cmd, emqp.Heartbeat):
                 return cmd
@@ -117,7 +119,7 @@ def test_out_of_range_numbers_are_refused_and_the_broker_keeps_serving(tmp_path:
         worker_sock.send_multipart([*H, b"INFORM", b"i", b'[[18446744073709551616, "q"]]', b"w"])
         client.sock.send_multipart([*H, b"SCHEDULE", b"s", b"q", b"", b"9" * 40, b"b", b""])
 
-        wait_for(
+        wait_until(
             lambda: (
                 _rejected(admin, "client", "out_of_range") >= 8
                 and _rejected(admin, "worker", "out_of_range") >= 1
@@ -227,7 +229,7 @@ def test_a_restart_repairs_a_huge_retry_count_left_in_the_store(tmp_path: Path) 
             status, body = _get(f"{admin}/api/v1/jobs/{job_id}")
             return status == 200 and json.loads(body)["state"] == "succeeded"
 
-        wait_for(succeeded, what="the repaired job succeeded")
+        wait_until(succeeded, what="the repaired job succeeded")
         worker.sock.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30 * UNIT) == 0

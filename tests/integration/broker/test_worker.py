@@ -21,7 +21,7 @@ import zmq
 import zmq.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, Deadline, async_wait_until
 from zbus.broker.client import DIALECT, call_body
 from zbus.broker.client.worker import Worker
 from zbus.common.protocols import emqp
@@ -50,8 +50,9 @@ class WorkerPort:
         self, kind: type[Any], within: float = 5.0, skip: tuple[type[Any], ...] = ()
     ) -> tuple[bytes, Any]:
         """The next command of ``kind``, skipping HEARTBEATs and the ``skip`` kinds."""
+        deadline = Deadline(within, kind.__name__)
         while True:
-            identity, cmd = await self.recv(within)
+            identity, cmd = await self.recv(deadline.left() / UNIT)
             if isinstance(cmd, kind):
                 return identity, cmd
             assert isinstance(cmd, (emqp.Heartbeat, *skip)), f"expected {kind.__name__}: {cmd}"
@@ -76,8 +77,9 @@ class WorkerPort:
 
     async def reply(self, job_id: str | None = None) -> dict[str, Any]:
         """The body of the next REPLY (for ``job_id`` when given), skipping READYs."""
+        deadline = Deadline(5, "a REPLY")
         while True:
-            _, cmd = await self.recv()
+            _, cmd = await self.recv(deadline.left() / UNIT)
             if isinstance(cmd, emqp.Reply):
                 assert job_id is None or cmd.request_id == job_id
                 body: dict[str, Any] = json.loads(cmd.body)
@@ -228,14 +230,15 @@ async def test_no_more_jobs_run_at_once_than_the_concurrency(port: WorkerPort) -
         async def two_running_two_waiting() -> bool:
             return worker.running == 2 and worker.stats()["backlog"] == 2
 
-        await async_wait_for(two_running_two_waiting, what="two jobs running, two waiting")
+        await async_wait_until(two_running_two_waiting, what="two jobs running, two waiting")
         assert active == [2, 2]
         assert [r["job_id"] for r in worker.stats()["running"]] == ["b0", "b1"]
         release.set()
         replies: set[str | None] = set()
         readies = 0
+        deadline = Deadline(10, "four REPLYs and two READYs")
         while len(replies) < 4 or readies < 2:
-            _, cmd = await port.recv()
+            _, cmd = await port.recv(deadline.left() / UNIT)
             if isinstance(cmd, emqp.Reply):
                 replies.add(cmd.request_id)
             elif isinstance(cmd, emqp.Ready):
@@ -251,8 +254,9 @@ async def test_a_silent_broker_gets_a_new_connection(port: WorkerPort) -> None:
     async with running(worker):
         first, _ = await port.expect(emqp.Inform)
         # Nothing is answered: after BEAT x 2 the worker starts over as someone new.
+        deadline = Deadline(5, "a new INFORM")
         while True:
-            second, inform = await port.recv()
+            second, inform = await port.recv(deadline.left() / UNIT)
             if isinstance(inform, emqp.Inform):
                 break
             assert second == first and isinstance(inform, emqp.Ready | emqp.Heartbeat)
@@ -305,7 +309,7 @@ async def test_stop_finishes_running_jobs_then_says_kbye(port: WorkerPort) -> No
         async def started() -> bool:
             return worker.running == 1
 
-        await async_wait_for(started, what="the job to start")
+        await async_wait_until(started, what="the job to start")
         worker.request_stop()
         assert not task.done()
         release.set()
@@ -376,7 +380,7 @@ async def test_worker_service_runs_jobs_reports_and_stops(port: WorkerPort, tmp_
             task.result()
         return service.readiness()["started"]
 
-    await async_wait_for(started, what="service start")
+    await async_wait_until(started, what="service start")
     try:
         identity, inform = await port.expect(emqp.Inform)
         assert [name for name, _ in inform.queues] == ["default", "bulk"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,48 +11,12 @@ import httpx
 import zmq
 import zmq.asyncio
 
-from tests.support.bus import free_base_port
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.catalog import node_info, running_catalog
+from tests.support.ports import HeldPorts
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.catalog.client.node import CatalogNode
-from zbus.catalog.server.config import CatalogSettings
 from zbus.catalog.server.service import CatalogService
-from zbus.common.clock import Clock
 from zbus.common.protocols import dbp
-
-
-@asynccontextmanager
-async def running_catalog(
-    data_dir: Path, clock: Clock | None = None, **settings: Any
-) -> AsyncIterator[CatalogService]:
-    service = CatalogService(
-        CatalogSettings(
-            **{"port": 0, "udp_port": 0, "beacon_port": 0, "data_dir": data_dir, **settings}
-        ),
-        clock=clock,
-    )
-    task = asyncio.create_task(service.run())
-
-    async def started() -> bool:
-        if task.done():
-            task.result()
-        return service.readiness()["started"]
-
-    await async_wait_for(started, what="catalog start")
-    try:
-        yield service
-    finally:
-        service.request_stop()
-        await asyncio.wait_for(task, 20 * UNIT)
-
-
-def _info(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "ip": "127.0.0.1",
-        "port": 1,
-        "function": "test",
-        "heartbeat_interval": 0.1,
-    }
 
 
 async def _services(catalog: CatalogService) -> dict[str, Any]:
@@ -67,7 +29,7 @@ async def test_a_node_registers_heartbeats_over_udp_and_leaves(tmp_path: Path) -
     # 30 misses (3 s): a loop stalled on a busy machine must not make the node inactive,
     # which would let the twin below take its name.
     async with running_catalog(tmp_path, heartbeat_interval=0.1, heartbeat_misses=30) as catalog:
-        node = CatalogNode(catalog.endpoints["dbp"], _info("svc-a"), heartbeat_interval=0.1)
+        node = CatalogNode(catalog.endpoints["dbp"], node_info("svc-a"), heartbeat_interval=0.1)
         await node.start()
         try:
             assert node.registered
@@ -77,10 +39,12 @@ async def test_a_node_registers_heartbeats_over_udp_and_leaves(tmp_path: Path) -
             async def beats_over_udp() -> bool:
                 return node.counters["heartbeats_udp"] >= 3
 
-            await async_wait_for(beats_over_udp, what="UDP heartbeats")
+            await async_wait_until(beats_over_udp, what="UDP heartbeats")
             assert (await _services(catalog))["svc-a"]["udp_address"] is not None
             # A second node under the same live name is denied with the reason.
-            twin = CatalogNode(catalog.endpoints["dbp"], _info("svc-a"), register_timeout=5 * UNIT)
+            twin = CatalogNode(
+                catalog.endpoints["dbp"], node_info("svc-a"), register_timeout=5 * UNIT
+            )
             try:
                 await twin.start()
             except Exception as exc:
@@ -95,7 +59,7 @@ async def test_a_node_registers_heartbeats_over_udp_and_leaves(tmp_path: Path) -
         async def gone() -> bool:
             return "svc-a" not in await _services(catalog)
 
-        await async_wait_for(gone, what="the node to deregister")
+        await async_wait_until(gone, what="the node to deregister")
 
 
 async def test_malformed_input_on_tcp_and_udp_is_counted(tmp_path: Path) -> None:
@@ -122,9 +86,9 @@ async def test_malformed_input_on_tcp_and_udp_is_counted(tmp_path: Path) -> None
                     for r in ("frame_count", "bad_value", "unknown_command", "malformed")
                 )
 
-            await async_wait_for(lambda: asyncio.sleep(0, rejected() >= 2), what="rejections")
+            await async_wait_until(lambda: asyncio.sleep(0, rejected() >= 2), what="rejections")
             # The catalog still registers a node after the garbage.
-            await dealer.send_multipart(dbp.encode(dbp.Registration(_info("ok"), time=1.0)))
+            await dealer.send_multipart(dbp.encode(dbp.Registration(node_info("ok"), time=1.0)))
             reply = dbp.decode(await asyncio.wait_for(dealer.recv_multipart(), 10 * UNIT))
             assert isinstance(reply, dbp.Approved)
         finally:
@@ -133,24 +97,18 @@ async def test_malformed_input_on_tcp_and_udp_is_counted(tmp_path: Path) -> None
             ctx.term()
 
 
-def _udp_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 async def test_nodes_register_again_after_a_catalog_restart(tmp_path: Path) -> None:
-    # Ports below the kernel's ephemeral range: the restarted catalog binds them again, and
-    # a port the kernel chose could meanwhile be taken by another process's connection.
-    port = free_base_port()
-    udp_port = next(p for p in range(port, port + 4) if _udp_free(p))
+    # Chosen ahead (below the kernel's ephemeral range): the restarted catalog binds them
+    # again, and a port the kernel chose could meanwhile be taken by another process's
+    # connection.
+    tcp, udp = HeldPorts(), HeldPorts(kind=socket.SOCK_DGRAM)
+    port, udp_port = tcp.port, udp.port
+    tcp.release()
+    udp.release()
     async with running_catalog(
         tmp_path, heartbeat_interval=0.1, port=port, udp_port=udp_port
     ) as first:
-        node = CatalogNode(first.endpoints["dbp"], _info("svc-b"), heartbeat_interval=0.1)
+        node = CatalogNode(first.endpoints["dbp"], node_info("svc-b"), heartbeat_interval=0.1)
         await node.start()
         assert node.counters["reregistrations"] == 0
     # The node keeps running while the catalog is down and comes back on the same ports
@@ -168,7 +126,7 @@ async def test_nodes_register_again_after_a_catalog_restart(tmp_path: Path) -> N
                     and listed.get("svc-b", {}).get("state") == "active"
                 )
 
-            await async_wait_for(back, within=20, what="re-registration after the restart")
+            await async_wait_until(back, within=20, what="re-registration after the restart")
     finally:
         await node.stop()
 
@@ -192,7 +150,7 @@ async def test_a_zbus_service_registers_itself_and_leaves_on_stop(tmp_path: Path
                     await _services(catalog)
                 )
 
-            await async_wait_for(listed, what="the echo service in the catalog")
+            await async_wait_until(listed, what="the echo service in the catalog")
             record = (await _services(catalog))["echo-1"]
             assert record["info"]["function"] == "echo"
             assert record["info"]["endpoints"]["echo"] == service.endpoints["echo"]
@@ -204,7 +162,7 @@ async def test_a_zbus_service_registers_itself_and_leaves_on_stop(tmp_path: Path
         async def gone() -> bool:
             return "echo-1" not in await _services(catalog)
 
-        await async_wait_for(gone, what="the echo service to leave the catalog")
+        await async_wait_until(gone, what="the echo service to leave the catalog")
 
 
 async def test_a_restarted_service_registers_once_its_former_self_has_expired(
@@ -226,7 +184,7 @@ async def test_a_restarted_service_registers_once_its_former_self_has_expired(
         former = zmq.asyncio.Context.instance().socket(zmq.DEALER)
         former.linger = 0
         former.connect(catalog.endpoints["dbp"])
-        await former.send_multipart(dbp.encode(dbp.Registration(_info(name), time.time())))
+        await former.send_multipart(dbp.encode(dbp.Registration(node_info(name), time.time())))
         approved = dbp.decode(await asyncio.wait_for(former.recv_multipart(), 10 * UNIT))
         assert isinstance(approved, dbp.Approved)
         former.close()  # gone without a DISCONNECT, as a killed process goes
@@ -244,7 +202,7 @@ async def test_a_restarted_service_registers_once_its_former_self_has_expired(
             async def denied() -> bool:
                 return catalog.core.counters["registrations_denied_name_taken"] >= 1
 
-            await async_wait_for(denied, what="the name found taken")
+            await async_wait_until(denied, what="the name found taken")
 
             async def registered() -> bool:
                 listed = await _services(catalog)
@@ -252,7 +210,7 @@ async def test_a_restarted_service_registers_once_its_former_self_has_expired(
                     listed.get(name, {}).get("info", {}).get("function") == "echo"
                 )
 
-            await async_wait_for(registered, within=30, what="registered once the name is free")
+            await async_wait_until(registered, within=30, what="registered once the name is free")
         finally:
             service.request_stop()
             await asyncio.wait_for(task, 20 * UNIT)
@@ -290,14 +248,14 @@ async def test_beacons_the_network_refuses_are_counted_as_errors(tmp_path: Path)
             sent = catalog.registry.get_sample_value("zbus_catalog_beacons_sent_total")
             return bool(errors and sent and errors >= 1 and sent >= 1)
 
-        await async_wait_for(lambda: asyncio.sleep(0, counted()), what="a beacon error")
+        await async_wait_until(lambda: asyncio.sleep(0, counted()), what="a beacon error")
 
 
 async def test_deregister_from_the_admin_api_makes_the_node_register_again(
     tmp_path: Path,
 ) -> None:
     async with running_catalog(tmp_path, heartbeat_interval=0.2) as catalog:
-        node = CatalogNode(catalog.endpoints["dbp"], _info("svc-c"), heartbeat_interval=0.2)
+        node = CatalogNode(catalog.endpoints["dbp"], node_info("svc-c"), heartbeat_interval=0.2)
         await node.start()
         try:
             async with httpx.AsyncClient(base_url=catalog.admin_url or "") as http:
@@ -310,7 +268,7 @@ async def test_deregister_from_the_admin_api_makes_the_node_register_again(
                     await _services(catalog)
                 )
 
-            await async_wait_for(back, what="the node to register again")
+            await async_wait_until(back, what="the node to register again")
         finally:
             await node.stop()
 
@@ -336,9 +294,9 @@ async def test_oversized_registrations_cost_the_catalog_a_bounded_memory(tmp_pat
                     or 0.0
                 )
 
-            await async_wait_for(lambda: asyncio.sleep(0, rejected() >= 1), what="the refusal")
+            await async_wait_until(lambda: asyncio.sleep(0, rejected() >= 1), what="the refusal")
             # The catalog still registers a node on the first connection.
-            await big.send_multipart(dbp.encode(dbp.Registration(_info("ok"), time=1.0)))
+            await big.send_multipart(dbp.encode(dbp.Registration(node_info("ok"), time=1.0)))
             reply = dbp.decode(await asyncio.wait_for(big.recv_multipart(), 10 * UNIT))
             assert isinstance(reply, dbp.Approved)
             assert rejected() == 1  # the 2 MiB message never reached the catalog's decoder

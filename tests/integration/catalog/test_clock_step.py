@@ -16,8 +16,8 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from tests.integration.catalog.test_catalog import running_catalog
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.catalog import running_catalog
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.catalog.client.node import CatalogNode
 from zbus.catalog.server.service import CatalogService
 from zbus.common.clock import SteppableClock
@@ -62,7 +62,7 @@ async def test_a_wall_clock_step_an_hour_each_way_changes_no_node_state(tmp_path
             reply = dbp.decode(await asyncio.wait_for(silent.recv_multipart(), 10 * UNIT))
             assert isinstance(reply, dbp.Approved)
             registered = time.monotonic()
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(0, _states(catalog).get("silent") == "late"),
                 what="the silent node to be late",
             )
@@ -81,7 +81,7 @@ async def test_a_wall_clock_step_an_hour_each_way_changes_no_node_state(tmp_path
 
             # An hour behind, the silent node still turns inactive when its silence (on
             # the monotonic clock) says so; wall time would have kept it late an hour.
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(0, _states(catalog)["silent"] == "inactive"),
                 within=INTERVAL * MISSES + 5,
                 what="the silent node to be inactive",

@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 from playwright.async_api import Page, async_playwright, expect
 
-from tests.integration.catalog.test_catalog import running_catalog
 from tests.integration.catalog.test_log_aggregation import shipping_logger
 from tests.support.browser import ARGS, VIEWPORT, chromium
 from tests.support.bus import bus_on_base_port
+from tests.support.catalog import running_catalog
 from tests.support.echo_service import EchoService, EchoSettings
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus import dashboard
 from zbus.catalog.client.node import CatalogNode
 from zbus.catalog.server.service import CatalogService
@@ -46,7 +46,7 @@ async def running_echo(
             task.result()
         return service.readiness()["started"]
 
-    await async_wait_for(started, what="echo service start")
+    await async_wait_until(started, what="echo service start")
     try:
         yield service
     finally:
@@ -308,9 +308,9 @@ async def test_chromium_renders_services_their_state_and_the_logs(tmp_path: Path
                     return len(reply.json()["logs"]) >= count
 
                 # Once the first record is in, the catalog's subscription is live.
-                await async_wait_for(lambda: logged(1), what="the first log record")
+                await async_wait_until(lambda: logged(1), what="the first log record")
                 logger.warning("disk <b>almost</b> full", extra={"free_bytes": 1024})
-                await async_wait_for(lambda: logged(2), what="the second log record")
+                await async_wait_until(lambda: logged(2), what="the second log record")
 
                 # The page refreshes by itself: the services appear without a reload.
                 rows = page.locator("#services-body tr")

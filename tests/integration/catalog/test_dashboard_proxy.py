@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 
-from tests.integration.catalog.test_catalog import running_catalog
 from tests.integration.catalog.test_dashboard import closed_port, node_info
 from tests.support.broker import running_broker
-from tests.support.waiting import async_wait_for
+from tests.support.catalog import running_catalog
+from tests.support.waiting import async_wait_until
 from zbus.broker.server.service import BrokerService
 from zbus.catalog.client.node import CatalogNode
 from zbus.catalog.server.service import CatalogService
@@ -38,7 +38,7 @@ async def catalog_and_broker(tmp_path: Path) -> AsyncIterator[tuple[CatalogServi
         async def registered() -> bool:
             return any(t.name == "broker" for t in catalog.cluster_targets())
 
-        await async_wait_for(registered, what="the broker's registration")
+        await async_wait_until(registered, what="the broker's registration")
         yield catalog, broker
 
 
@@ -139,7 +139,7 @@ async def test_the_history_has_rates_from_every_service(tmp_path: Path) -> None:
             rates = view["queues"].get("broker", {}).get("parked")
             return rates is not None and len(view["points"]["time"]) >= 3
 
-        await async_wait_for(sampled, what="samples of the broker with its queue")
+        await async_wait_until(sampled, what="samples of the broker with its queue")
         view = (await http.get("/api/v1/history")).json()
         assert view["interval"] == 0.5 and view["window"] == 900
         assert view["errors"] == {"catalog": None, "broker": None}

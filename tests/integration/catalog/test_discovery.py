@@ -12,21 +12,15 @@ import time
 
 import pytest
 
+from tests.support.ports import beacon_port
 from tests.support.waiting import UNIT
 from zbus.catalog.client.discovery import BeaconSender, CatalogNotFound, discover
 from zbus.common.protocols.beacon import Beacon, HermesBeacon, encode_beacon
 from zbus.common.protocols.dbp import HERMES
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 async def test_beacon_sender_is_discovered_within_a_second() -> None:
-    port = free_udp_port()
+    port = beacon_port()
     began = time.monotonic()
     async with BeaconSender(5246, addresses=("127.0.0.1",), beacon_port=port, interval=0.05):
         endpoint = await discover(1.0 * UNIT, port=port)
@@ -35,7 +29,7 @@ async def test_beacon_sender_is_discovered_within_a_second() -> None:
 
 
 async def test_beacon_host_overrides_the_source_address() -> None:
-    port = free_udp_port()
+    port = beacon_port()
     sender = BeaconSender(
         6000, addresses=("127.0.0.1",), beacon_port=port, interval=0.05, host="catalog.local"
     )
@@ -45,7 +39,7 @@ async def test_beacon_host_overrides_the_source_address() -> None:
 
 
 async def test_hermes_shalom_beacon_is_discovered_in_that_dialect() -> None:
-    port = free_udp_port()
+    port = beacon_port()
     sender = BeaconSender(
         5247, addresses=("127.0.0.1",), beacon_port=port, interval=0.05, dialect=HERMES
     )
@@ -57,19 +51,19 @@ async def test_hermes_shalom_beacon_is_discovered_in_that_dialect() -> None:
 
 
 async def test_no_beacon_returns_the_fallback() -> None:
-    port = free_udp_port()
+    port = beacon_port()
     fallback = "tcp://catalog.zbus.svc:5246"
     assert await discover(0.1, port=port, fallback=fallback) == fallback
 
 
 async def test_no_beacon_and_no_fallback_is_a_clear_error() -> None:
-    port = free_udp_port()
+    port = beacon_port()
     with pytest.raises(CatalogNotFound, match=rf"no catalog beacon heard on UDP port {port}"):
         await discover(0.1, port=port)
 
 
 async def test_garbage_and_departures_are_ignored() -> None:
-    port = free_udp_port()
+    port = beacon_port()
     noise = [
         b"",
         b"garbage",
@@ -96,7 +90,7 @@ async def test_garbage_and_departures_are_ignored() -> None:
 
 
 async def test_two_listeners_share_the_beacon_port() -> None:
-    port = free_udp_port()
+    port = beacon_port()
     async with BeaconSender(5246, addresses=("127.0.0.1",), beacon_port=port, interval=0.05):
         results = await asyncio.gather(
             discover(0.3 * UNIT, port=port),

@@ -8,7 +8,6 @@ port on 127.0.0.1 that the test picks (``tests/support/hermes_peer.py``).
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.catalog.test_catalog import _info, running_catalog
+from tests.support.catalog import node_info, running_catalog
 from tests.support.hermes import hermes_broker, hermes_python, run_hermes
+from tests.support.ports import beacon_port
 from tests.support.waiting import UNIT
 from zbus.catalog.client.discovery import discover
 from zbus.catalog.client.node import CatalogNode, NodeState
@@ -28,13 +28,6 @@ from zbus.common.protocols.dbp import HERMES
 def hermes() -> Path:
     """The Python of the Hermes virtualenv (made on first use, then kept)."""
     return hermes_python()
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def shalom_catalog(tmp_path: Path, beacon_port: int, **settings: Any) -> Any:
@@ -57,7 +50,7 @@ async def _record(admin_url: str, name: str) -> dict[str, Any]:
 
 
 async def test_a_hermes_service_updates_on_a_new_socket(tmp_path: Path, hermes: Path) -> None:
-    beacon = free_udp_port()
+    beacon = beacon_port()
     async with shalom_catalog(tmp_path, beacon) as catalog:
         update = '{"name": "Rohan", "topics": ["weather"]}'
         said = await asyncio.to_thread(run_hermes, hermes, "service", str(beacon), "Rohan", update)
@@ -75,12 +68,12 @@ async def test_a_hermes_service_updates_on_a_new_socket(tmp_path: Path, hermes: 
 async def test_a_hermes_client_reads_the_catalogs_info_replies(
     tmp_path: Path, hermes: Path
 ) -> None:
-    beacon = free_udp_port()
+    beacon = beacon_port()
     async with shalom_catalog(tmp_path, beacon) as catalog:
         said = await asyncio.to_thread(run_hermes, hermes, "service", str(beacon), "Rohan")
         assert said[0]["registered"] is True
         # A zbus node too: a Hermes client finds it at its "router" interface.
-        async with CatalogNode(catalog.endpoints["dbp"], _info("thumbs")):
+        async with CatalogNode(catalog.endpoints["dbp"], node_info("thumbs")):
             answers = await asyncio.to_thread(
                 run_hermes, hermes, "client", str(beacon), "Rohan", "thumbs", "Gondor", ""
             )
@@ -94,7 +87,7 @@ async def test_a_hermes_client_reads_the_catalogs_info_replies(
 async def test_a_catalog_node_in_hermes_dialect_keeps_its_session_with_hermes(
     hermes: Path,
 ) -> None:
-    beacon = free_udp_port()
+    beacon = beacon_port()
     with hermes_broker(hermes, beacon) as (port, broker):
         # The real Hermes beacon, heard by zbus's discovery in Hermes's dialect.
         endpoint = await discover(20 * UNIT, port=beacon, dialect=HERMES, bind="127.0.0.1")

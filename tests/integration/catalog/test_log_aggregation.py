@@ -11,9 +11,10 @@ from typing import Any
 
 import httpx
 
-from tests.integration.catalog.test_catalog import running_catalog
-from tests.support.bus import bus_on_base_port, free_base_port
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.bus import bus_on_base_port
+from tests.support.catalog import running_catalog
+from tests.support.ports import HeldPorts
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.catalog.server.service import CatalogService
 from zbus.runtime.logship import LogShipper
 
@@ -52,7 +53,7 @@ async def test_shipped_records_are_served_by_the_catalog_with_filters(tmp_path: 
             async def arrived(count: int) -> bool:
                 return len(await _logs(catalog, "/api/v1/services/fake-svc/logs")) >= count
 
-            await async_wait_for(lambda: arrived(1), what="the first record")
+            await async_wait_until(lambda: arrived(1), what="the first record")
             logger.debug("cache details")
             logger.info("request served", extra={"path": "/x", "status": 200})
             logger.warning("Disk almost full", extra={"free_bytes": 1024})
@@ -62,7 +63,7 @@ async def test_shipped_records_are_served_by_the_catalog_with_filters(tmp_path: 
             except RuntimeError:
                 logger.exception("write failed on a full disk")
             logger.warning("slow request")
-            await async_wait_for(lambda: arrived(7), what="every record")
+            await async_wait_until(lambda: arrived(7), what="every record")
 
             mine = await _logs(catalog, "/api/v1/services/fake-svc/logs")
             assert [r["msg"] for r in mine] == [
@@ -113,16 +114,16 @@ async def test_the_window_keeps_the_most_recent_records(tmp_path: Path) -> None:
                 got = await _logs(catalog, "/api/v1/services/chatty/logs")
                 return bool(got) and got[0]["msg"] == msg
 
-            await async_wait_for(lambda: last_is("first"), what="the first record")
+            await async_wait_until(lambda: last_is("first"), what="the first record")
             for i in range(20):
                 logger.info("line %d", i)
-            await async_wait_for(lambda: last_is("line 19"), what="the last record")
+            await async_wait_until(lambda: last_is("line 19"), what="the last record")
             got = await _logs(catalog, "/api/v1/services/chatty/logs")
             assert [r["msg"] for r in got] == [f"line {i}" for i in range(19, 14, -1)]
 
 
-def test_logging_never_blocks_when_the_bus_is_down() -> None:
-    base = f"tcp://127.0.0.1:{free_base_port()}"  # nothing listens there
+def test_logging_never_blocks_when_the_bus_is_down(refused_ports: HeldPorts) -> None:
+    base = f"tcp://127.0.0.1:{refused_ports.port}"  # nothing listens there
     shipper = LogShipper("lonely", base, capacity=100, batch_size=100, send_timeout=0.2)
     logger = logging.getLogger("lonely")
     logger.setLevel(logging.DEBUG)
@@ -142,8 +143,8 @@ def test_logging_never_blocks_when_the_bus_is_down() -> None:
     assert shipper.shipped + shipper.dropped + shipper.failed == 10_000
 
 
-def test_the_shipper_skips_its_own_and_the_bus_clients_records() -> None:
-    shipper = LogShipper("quiet", f"tcp://127.0.0.1:{free_base_port()}")
+def test_the_shipper_skips_its_own_and_the_bus_clients_records(refused_ports: HeldPorts) -> None:
+    shipper = LogShipper("quiet", f"tcp://127.0.0.1:{refused_ports.port}")
     try:
 
         def shipped(name: str) -> bool:

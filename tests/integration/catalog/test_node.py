@@ -15,7 +15,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.catalog.client.node import (
     CatalogNode,
     CatalogUnavailable,
@@ -197,7 +197,7 @@ async def test_missing_catalog_beats_switch_heartbeats_to_tcp_and_back(
     async def back_on_udp() -> bool:
         return node.heartbeat_mode == "udp"
 
-    await async_wait_for(back_on_udp, 2.0, "the node to return to UDP heartbeats")
+    await async_wait_until(back_on_udp, 2.0, "the node to return to UDP heartbeats")
     assert node.counters["returns_to_udp"] == 1
     assert node.counters["reregistrations"] == 0
     await node.stop()
@@ -217,7 +217,7 @@ async def test_disconnect_means_a_new_socket_and_a_new_registration(
     async def registered_again() -> bool:
         return node.registered and node.counters["reregistrations"] == 1
 
-    await async_wait_for(registered_again, 2.0, "the node to register again")
+    await async_wait_until(registered_again, 2.0, "the node to register again")
     assert node.counters["disconnects_received"] == 1
     await node.stop()
 
@@ -290,7 +290,7 @@ async def test_run_then_deregister_sends_disconnect(catalog: FakeCatalog) -> Non
     async def registered() -> bool:
         return node.registered
 
-    await async_wait_for(registered, 2.0, "registration")
+    await async_wait_until(registered, 2.0, "registration")
     await node.deregister()
     sender, _ = await catalog.recv_command(Disconnect)
     assert sender == identity
@@ -311,7 +311,7 @@ async def test_malformed_messages_are_counted_and_dropped(catalog: FakeCatalog) 
     async def all_counted() -> bool:
         return node.counters["malformed"] == 4
 
-    await async_wait_for(all_counted, 2.0, "four malformed messages")
+    await async_wait_until(all_counted, 2.0, "four malformed messages")
     assert node.registered
     # The node still works after the garbage.
     pending = asyncio.create_task(node.update({"port": 2}))

@@ -12,8 +12,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.integration.catalog.test_catalog import _info, running_catalog
 from tests.integration.catalog.test_node import FakeCatalog, register
+from tests.support.catalog import node_info, running_catalog
 from tests.support.waiting import UNIT
 from zbus.catalog.client.node import CatalogNode, CatalogReplyError, CatalogUnavailable
 from zbus.common.protocols.dbp import HERMES, Awk, InfoReply, InfoRequest, Update
@@ -41,11 +41,11 @@ async def catalog() -> AsyncIterator[FakeCatalog]:
 async def test_a_node_asks_the_catalog_about_services(tmp_path: Path, dialect: str) -> None:
     async with running_catalog(tmp_path) as service:
         endpoint = service.endpoints["dbp"]
-        async with CatalogNode(endpoint, _info("thumbs")) as zbus_node:
+        async with CatalogNode(endpoint, node_info("thumbs")) as zbus_node:
             if dialect == "hermes":
                 node = CatalogNode(endpoint, HERMES_INFO, dialect=HERMES)
             else:
-                node = CatalogNode(endpoint, {**_info("resizer"), "port": "7000"})
+                node = CatalogNode(endpoint, {**node_info("resizer"), "port": "7000"})
             async with node:
                 me = await node.service(node.info["name"])
                 other = await zbus_node.service(node.info["name"])
@@ -61,14 +61,14 @@ async def test_a_node_asks_the_catalog_about_services(tmp_path: Path, dialect: s
                 listed = await node.services()
                 assert sorted(listed) == sorted(["thumbs", node.info["name"]])
                 # (In Hermes's shape with the keys a Hermes client reads added.)
-                assert _info("thumbs").items() <= listed["thumbs"].info.items()
+                assert node_info("thumbs").items() <= listed["thumbs"].info.items()
                 assert node.counters["info_requests"] == 3
             # Info requests need no registration.
             assert (await node.services()).keys() == {"thumbs"}
 
 
 async def test_an_info_request_without_an_answer_or_with_garbage(catalog: FakeCatalog) -> None:
-    node = CatalogNode(catalog.endpoint, _info("resizer"), reply_timeout=0.2 * UNIT)
+    node = CatalogNode(catalog.endpoint, node_info("resizer"), reply_timeout=0.2 * UNIT)
     with pytest.raises(CatalogUnavailable, match="info request"):
         await node.service("anyone")
     await catalog.recv_command(InfoRequest)  # the unanswered one
@@ -92,7 +92,7 @@ async def test_an_info_request_without_an_answer_or_with_garbage(catalog: FakeCa
 
 
 async def test_approved_instructions_out_of_range_are_not_trusted(catalog: FakeCatalog) -> None:
-    node = CatalogNode(catalog.endpoint, _info("resizer"), heartbeat_interval=0.5, misses=3)
+    node = CatalogNode(catalog.endpoint, node_info("resizer"), heartbeat_interval=0.5, misses=3)
     await register(catalog, node, {"heartbeat_interval": 1e-9, "heartbeat_misses": 10**30})
     try:
         # A catalog's (or a stranger's) absurd numbers would make the node beat in a

@@ -10,9 +10,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.integration.catalog.test_catalog import _info, running_catalog
+from tests.support.catalog import node_info, running_catalog
 from tests.support.echo_service import EchoService, EchoSettings
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.common.protocols import dbp
 from zbus.common.security import generate_keys, load_keys, make_client
 from zbus.common.settings import ConfigError
@@ -25,7 +25,7 @@ async def _register(endpoint: str, client_secret: Path, server: Path, name: str)
     make_client(sock, load_keys(client_secret), load_keys(server).public)
     sock.connect(endpoint)
     try:
-        await sock.send_multipart(dbp.encode(dbp.Registration(_info(name), time.time())))
+        await sock.send_multipart(dbp.encode(dbp.Registration(node_info(name), time.time())))
         return dbp.decode(await asyncio.wait_for(sock.recv_multipart(), 10 * UNIT))
     finally:
         sock.close()
@@ -93,7 +93,7 @@ async def test_a_hermes_node_registers_and_heartbeats_over_udp(tmp_path: Path) -
                 counters = catalog.core.counters
                 return counters["heartbeats_udp"] >= 1 and counters["invalid_messages"] >= 1
 
-            await async_wait_for(heard, what="the Hermes UDP heartbeat")
+            await async_wait_until(heard, what="the Hermes UDP heartbeat")
             (record,) = catalog.core.nodes()
             assert record.address is not None and record.state == "active"
         finally:
@@ -136,13 +136,13 @@ async def test_services_register_over_curve_and_unlisted_ones_are_denied(
                     and counters["registrations_denied_policy"] >= 1
                 )
 
-            await async_wait_for(settled, what="one approval and one denial")
+            await async_wait_until(settled, what="one approval and one denial")
             assert [r.name for r in catalog.core.nodes()] == ["svc-good"]
 
             async def good_ready() -> bool:
                 return services["svc-good"].readiness().get("catalog", False)
 
-            await async_wait_for(good_ready, what="the listed service registered")
+            await async_wait_until(good_ready, what="the listed service registered")
             assert services["svc-rogue"].readiness()["catalog"] is False
         finally:
             for service in services.values():

@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.bus import free_port
 from tests.support.cli import Streaming, zbus, zbus_json
 from tests.support.local_cluster import LocalCluster, local_cluster
 from zbus.catalog.client.node import CatalogNode
@@ -72,9 +71,9 @@ def test_status_is_one_table_of_the_cluster(env: dict[str, str], cluster: LocalC
 
 
 async def test_status_exits_1_when_a_service_is_not_ready(
-    env: dict[str, str], cluster: LocalCluster
+    env: dict[str, str], cluster: LocalCluster, refused_port: int
 ) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    dead = f"http://127.0.0.1:{refused_port}"  # nothing listens there
     info = {"name": "ghost", "ip": "127.0.0.1", "port": 1, "function": "test", "admin": dead}
     async with CatalogNode(cluster.endpoint(5246), info, heartbeat_interval=0.5):
         done = await asyncio.to_thread(zbus, "status", env=env)
@@ -323,9 +322,9 @@ def test_jobs_watch_other_jobs_with_a_spinner(env: dict[str, str]) -> None:
 
 
 def test_flags_and_variables_come_before_the_catalog(
-    env: dict[str, str], cluster: LocalCluster
+    env: dict[str, str], cluster: LocalCluster, refused_port: int
 ) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{refused_port}"
     one_line_error(
         zbus("queues", "ls", env={**env, "ZBUS_BROKER_ADMIN_URL": dead}),
         1,

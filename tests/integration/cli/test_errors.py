@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bus import free_port
 from tests.support.cli import zbus
 from tests.support.local_cluster import ROOT
+from tests.support.ports import HeldPorts
 
 COMMANDS = [
     ("status",),
@@ -39,7 +39,8 @@ COMMANDS = [
 
 @pytest.fixture(scope="module")
 def dead_catalog() -> Iterator[str]:
-    yield f"http://127.0.0.1:{free_port()}"
+    with HeldPorts() as held:  # nothing listens there
+        yield f"http://127.0.0.1:{held.port}"
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -86,14 +87,16 @@ def test_one_catalog_flag_before_the_command_is_enough(dead_catalog: str) -> Non
         (("completion", "fish"), "invalid choice: 'fish'"),
     ],
 )
-def test_bad_usage_is_one_line_and_exit_2(args: tuple[str, ...], reason: str) -> None:
-    done = zbus(*args, env={"ZBUS_CATALOG_URL": f"http://127.0.0.1:{free_port()}"})
+def test_bad_usage_is_one_line_and_exit_2(
+    args: tuple[str, ...], reason: str, dead_catalog: str
+) -> None:
+    done = zbus(*args, env={"ZBUS_CATALOG_URL": dead_catalog})
     assert done.returncode == 2, done
     assert reason in one_line(done)
 
 
-def test_pub_refuses_data_on_stdin_that_is_not_utf8(tmp_path: Path) -> None:
-    dead = f"tcp://127.0.0.1:{free_port()}"
+def test_pub_refuses_data_on_stdin_that_is_not_utf8(tmp_path: Path, refused_port: int) -> None:
+    dead = f"tcp://127.0.0.1:{refused_port}"
     data = tmp_path / "data"
     data.write_bytes(b"\xff\xfe")  # not UTF-8
     with data.open() as stdin:

@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.support.browser import ARGS, VIEWPORT, chromium, screenshot_dir
 from tests.support.local_cluster import LocalCluster, local_cluster
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, wait_until
 
 TOKEN = "dashboard-e2e-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -115,7 +115,7 @@ def test_overview_shows_every_service_and_charts_of_the_cluster(
         series = catalog_api(cluster, "/api/v1/history")["points"]["events_per_s"]
         return any(isinstance(v, float) and v > 0 for v in series)
 
-    wait_for(sampled_the_events, 30, "a sample with the events published")
+    wait_until(sampled_the_events, 30, "a sample with the events published")
     for chart in ("#chart-events", "#chart-jobs", "#chart-errors"):
         expect(page.locator(chart)).to_have_attribute("data-points", re.compile(r"^([2-9]|\d\d+)$"))
         expect(page.locator(f"{chart} path.line").first).to_be_attached()
@@ -212,7 +212,7 @@ def test_the_broker_page_submits_cancels_retries_and_purges(
     assert failed_runs() == before + 1
     failed.locator("button[data-action=retry]").click()
     action_done(page, f"retry {failed_id}: done")
-    wait_for(lambda: failed_runs() == before + 2, 30, "the retried job's second run")
+    wait_until(lambda: failed_runs() == before + 2, 30, "the retried job's second run")
     expect(jobs.locator(f'tr[data-job="{failed_id}"]')).to_have_attribute("data-state", "failed")
 
     # Purge a queue of waiting jobs.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -21,7 +20,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.ports import HeldPorts
+from tests.support.running import start_service
+from tests.support.waiting import UNIT
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.client import (
     AsyncEventBusClient,
@@ -58,19 +59,13 @@ async def start_bus(data_dir: Path, port: int = 0, **ports: int) -> Bus:
         port=port, data_dir=data_dir, heartbeat_interval=BEAT, shutdown_timeout=2, **ports
     )
     service = EventBusService(settings)
-    task = asyncio.create_task(service.run())
-
-    async def started() -> bool:
-        if task.done():
-            task.result()
-        return service.readiness()["started"]
-
-    await async_wait_for(started, what="event bus start")
-    return Bus(service, task)
+    return Bus(service, await start_service(service, "event bus start"))
 
 
 @pytest.fixture
-async def bus(tmp_path: Path) -> AsyncIterator[Bus]:
+async def bus_on_loop(tmp_path: Path) -> AsyncIterator[Bus]:
+    """Not the suite's ``bus`` (a thread of its own): a bus on the test's own loop, which
+    the test may stop (``await bus_on_loop.stop()``) to make its clients fail over."""
     running = await start_bus(tmp_path / "a")
     yield running
     if not running.task.done():
@@ -78,7 +73,8 @@ async def bus(tmp_path: Path) -> AsyncIterator[Bus]:
 
 
 @pytest.fixture
-async def bus_b(tmp_path: Path) -> AsyncIterator[Bus]:
+async def bus_b_on_loop(tmp_path: Path) -> AsyncIterator[Bus]:
+    """A second, independent ``bus_on_loop``: the backup clients fail over to."""
     running = await start_bus(tmp_path / "b")
     yield running
     if not running.task.done():
@@ -187,9 +183,11 @@ def test_endpoints_from_a_base_address_and_from_info() -> None:
 # in sequence order, so that the expected order is the same either way.
 
 
-async def test_a_late_joiner_gets_the_snapshot_then_the_stream_without_gap(bus: Bus) -> None:
+async def test_a_late_joiner_gets_the_snapshot_then_the_stream_without_gap(
+    bus_on_loop: Bus,
+) -> None:
     def scenario() -> None:
-        with client(bus) as c:
+        with client(bus_on_loop) as c:
             before = c.publish_many(items("/late/", 50, 7), confirm=True)
             assert before == list(range(1, 51))
             sub = c.subscribe()
@@ -209,8 +207,8 @@ async def test_a_late_joiner_gets_the_snapshot_then_the_stream_without_gap(bus: 
     await asyncio.to_thread(scenario)
 
 
-async def test_the_async_client_gets_the_snapshot_then_the_stream(bus: Bus) -> None:
-    async with aclient(bus) as c:
+async def test_the_async_client_gets_the_snapshot_then_the_stream(bus_on_loop: Bus) -> None:
+    async with aclient(bus_on_loop) as c:
         await c.publish_many(items("/a/", 20, 5), confirm=True)
         sub = await c.subscribe()
         await c.publish_many(items("/a/z", 10, 10), confirm=True)
@@ -222,8 +220,8 @@ async def test_the_async_client_gets_the_snapshot_then_the_stream(bus: Bus) -> N
         assert sub.delivered == 15 and sub.resets == 0
 
 
-async def test_async_iteration_gets_live_events(bus: Bus) -> None:
-    async with aclient(bus) as c, await c.subscribe("/x") as sub:
+async def test_async_iteration_gets_live_events(bus_on_loop: Bus) -> None:
+    async with aclient(bus_on_loop) as c, await c.subscribe("/x") as sub:
         seq = await c.publish("/x", b"raw", confirm=True)
         async for event in sub:
             assert (event.seq, event.data) == (seq, b"raw")
@@ -231,9 +229,9 @@ async def test_async_iteration_gets_live_events(bus: Bus) -> None:
     assert await sub.next(0) is None  # closed with its client
 
 
-async def test_the_snapshot_is_paged_through_to_its_end(bus: Bus) -> None:
+async def test_the_snapshot_is_paged_through_to_its_end(bus_on_loop: Bus) -> None:
     def scenario() -> None:
-        with client(bus) as c:
+        with client(bus_on_loop) as c:
             c.publish_many(items("/p/", 25, 25, width=2), confirm=True)
             sub = c.subscribe(page_limit=4)
             got = collect(sub, 25)
@@ -243,9 +241,9 @@ async def test_the_snapshot_is_paged_through_to_its_end(bus: Bus) -> None:
 
 
 # ------------------------------------------------------------------- filters
-async def test_subtrees_filter_the_snapshot_and_the_stream(bus: Bus) -> None:
+async def test_subtrees_filter_the_snapshot_and_the_stream(bus_on_loop: Bus) -> None:
     def scenario() -> None:
-        with client(bus) as c:
+        with client(bus_on_loop) as c:
             c.publish_many([("/a/1", 1), ("/b/1", 2), ("/ab", 3), ("/c/1", 4)], confirm=True)
             sub = c.subscribe(["/a/", "/c/"])
             c.publish_many([("/b/2", 5), ("/c/2", 6), ("/abc", 7), ("/c/3", 8)], confirm=True)
@@ -260,8 +258,8 @@ async def test_subtrees_filter_the_snapshot_and_the_stream(bus: Bus) -> None:
     await asyncio.to_thread(scenario)
 
 
-async def test_since_skips_what_the_subscriber_already_has(bus: Bus) -> None:
-    async with aclient(bus) as c:
+async def test_since_skips_what_the_subscriber_already_has(bus_on_loop: Bus) -> None:
+    async with aclient(bus_on_loop) as c:
         await c.publish_many([(f"/s/{i}", i) for i in range(10)], confirm=True)
         sub = await c.subscribe("/s/", since=6)
         await c.publish("/s/z", "new", confirm=True)
@@ -271,9 +269,9 @@ async def test_since_skips_what_the_subscriber_already_has(bus: Bus) -> None:
 
 
 # ------------------------------------------------------------------- publish
-async def test_confirmed_publishing_is_sequenced_and_idempotent_by_uuid(bus: Bus) -> None:
+async def test_confirmed_publishing_is_sequenced_and_idempotent_by_uuid(bus_on_loop: Bus) -> None:
     def scenario() -> None:
-        with client(bus) as c:
+        with client(bus_on_loop) as c:
             first = c.publish("/q", b"x", confirm=True, uuid=UUID)
             second = c.publish("/q", b"y", confirm=True)
             assert first is not None and second is not None and second > first
@@ -293,17 +291,17 @@ async def test_confirmed_publishing_is_sequenced_and_idempotent_by_uuid(bus: Bus
     await asyncio.to_thread(scenario)
 
 
-async def test_the_async_client_confirms_and_retries_by_uuid(bus: Bus) -> None:
-    async with aclient(bus) as c:
+async def test_the_async_client_confirms_and_retries_by_uuid(bus_on_loop: Bus) -> None:
+    async with aclient(bus_on_loop) as c:
         seqs = await c.publish_many([("/r", 1, UUID), ("/r", 2)], confirm=True)
         assert seqs == [1, 2]
         assert await c.publish("/r", 1, confirm=True, uuid=UUID) == 1
         assert await c.publish_many([("/r", 3)]) is None
 
 
-async def test_data_is_sent_as_bytes_or_packed(bus: Bus) -> None:
+async def test_data_is_sent_as_bytes_or_packed(bus_on_loop: Bus) -> None:
     def scenario() -> None:
-        with client(bus) as c:
+        with client(bus_on_loop) as c:
             sub = c.subscribe("/d")
             c.publish_many([("/d/1", b"\x00\xff"), ("/d/2", {"k": [1, 2]})], confirm=True)
             raw, packed = collect(sub, 2)
@@ -313,9 +311,9 @@ async def test_data_is_sent_as_bytes_or_packed(bus: Bus) -> None:
     await asyncio.to_thread(scenario)
 
 
-async def test_bad_events_are_refused_before_anything_is_sent(bus: Bus) -> None:
+async def test_bad_events_are_refused_before_anything_is_sent(bus_on_loop: Bus) -> None:
     def scenario() -> None:
-        with client(bus) as c:
+        with client(bus_on_loop) as c:
             for topic in ("", "\0zb", 5):
                 with pytest.raises(ValueError, match="topic"):
                     c.publish(topic, b"x")  # type: ignore[arg-type]
@@ -325,53 +323,51 @@ async def test_bad_events_are_refused_before_anything_is_sent(bus: Bus) -> None:
     await asyncio.to_thread(scenario)
 
 
-async def test_an_unconfirmed_publish_is_retried_on_the_next_endpoints(bus: Bus) -> None:
-    dead = BusEndpoints(*(f"tcp://127.0.0.1:{_unused_port()}" for _ in range(4)))
+async def test_an_unconfirmed_publish_is_retried_on_the_next_endpoints(
+    bus_on_loop: Bus, refused_ports: HeldPorts
+) -> None:
+    dead = BusEndpoints(*(f"tcp://127.0.0.1:{port}" for port in refused_ports.ports))
 
     def scenario() -> None:
-        with EventBusClient([dead, bus.endpoints], producer="t") as c:
+        with EventBusClient([dead, bus_on_loop.endpoints], producer="t") as c:
             assert c.publish("/f", b"1", confirm=True, timeout=0.3 * UNIT, uuid=UUID) == 1
             assert c.publish("/f", b"2", confirm=True) == 2  # it stays on the live bus
         with EventBusClient(dead, producer="t") as c, pytest.raises(TimeoutError):
             c.publish("/f", b"3", confirm=True, timeout=0.2)
 
     await asyncio.to_thread(scenario)
-    async with AsyncEventBusClient([dead, bus.endpoints], producer="t") as ac:
+    async with AsyncEventBusClient([dead, bus_on_loop.endpoints], producer="t") as ac:
         assert await ac.publish("/f", b"1", confirm=True, timeout=0.3 * UNIT, uuid=UUID) == 1
 
 
-def _unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # ------------------------------------------------------------------ failover
-async def test_the_subscription_fails_over_to_an_independent_backup(bus: Bus, bus_b: Bus) -> None:
+async def test_the_subscription_fails_over_to_an_independent_backup(
+    bus_on_loop: Bus, bus_b_on_loop: Bus
+) -> None:
     resets: list[float] = []
 
     def before() -> tuple[EventBusClient, Subscription]:
-        with client(bus) as pa, client(bus_b) as pb:
+        with client(bus_on_loop) as pa, client(bus_b_on_loop) as pb:
             pa.publish_many(items("/f/a", 5, 5), confirm=True)  # A's sequence: 5
             pb.publish_many(items("/f/b", 2, 2), confirm=True)  # B's sequence: 2
-        c = client(bus, bus_b)
+        c = client(bus_on_loop, bus_b_on_loop)
         sub = c.subscribe("/f/", on_reset=lambda: resets.append(time.monotonic()))
         assert [e.topic for e in collect(sub, 5)] == [f"/f/a{i}" for i in range(5)]
         return c, sub
 
     c, sub = await asyncio.to_thread(before)
     try:
-        await bus.stop()
+        await bus_on_loop.stop()
         stopped = time.monotonic()
         # A is gone: after BEAT x MISSES of silence the subscription moves to B, finds a
         # history below what it has seen, and starts over with B's snapshot.
         got = await asyncio.to_thread(collect, sub, 2, 3.0)
         assert pairs(got) == [(1, "/f/b0"), (2, "/f/b1")]
         assert len(resets) == 1 and resets[0] - stopped < BEAT * MISSES + 1.0 * UNIT
-        assert sub.failovers == 1 and sub.resets == 1 and sub.endpoints == bus_b.endpoints
+        assert sub.failovers == 1 and sub.resets == 1 and sub.endpoints == bus_b_on_loop.endpoints
 
         def after() -> list[Event]:
-            with client(bus_b) as pb:
+            with client(bus_b_on_loop) as pb:
                 assert pb.publish_many(items("/f/b", 3, 3), confirm=True) == [3, 4, 5]
             return collect(sub, 3)
 
@@ -380,8 +376,10 @@ async def test_the_subscription_fails_over_to_an_independent_backup(bus: Bus, bu
         c.close()
 
 
-async def test_a_backup_further_ahead_is_told_apart_by_the_last_event(bus: Bus, bus_b: Bus) -> None:
-    async with aclient(bus) as pa, aclient(bus_b) as pb:
+async def test_a_backup_further_ahead_is_told_apart_by_the_last_event(
+    bus_on_loop: Bus, bus_b_on_loop: Bus
+) -> None:
+    async with aclient(bus_on_loop) as pa, aclient(bus_b_on_loop) as pb:
         await pa.publish_many(items("/g/a", 2, 2), confirm=True)
         await pb.publish_many(items("/g/b", 4, 4), confirm=True)  # B is ahead of A
     resets = 0
@@ -390,10 +388,10 @@ async def test_a_backup_further_ahead_is_told_apart_by_the_last_event(bus: Bus, 
         nonlocal resets
         resets += 1
 
-    async with aclient(bus, bus_b) as c:
+    async with aclient(bus_on_loop, bus_b_on_loop) as c:
         sub = await c.subscribe("/g/", on_reset=on_reset)
         assert len(await acollect(sub, 2)) == 2
-        await bus.stop()
+        await bus_on_loop.stop()
         got = await acollect(sub, 4)
         assert [e.topic for e in got] == [f"/g/b{i}" for i in range(4)]
         assert resets == 1 and sub.failovers == 1 and sub.repaired == 0
@@ -402,14 +400,16 @@ async def test_a_backup_further_ahead_is_told_apart_by_the_last_event(bus: Bus, 
         assert pairs(await acollect(sub, 1)) == [(5, "/g/b9")]
 
 
-async def test_the_async_subscription_fails_over_to_a_backup(bus: Bus, bus_b: Bus) -> None:
-    async with aclient(bus) as pa:
+async def test_the_async_subscription_fails_over_to_a_backup(
+    bus_on_loop: Bus, bus_b_on_loop: Bus
+) -> None:
+    async with aclient(bus_on_loop) as pa:
         await pa.publish_many(items("/h/", 3, 3), confirm=True)
-    async with aclient(bus, bus_b) as c:
+    async with aclient(bus_on_loop, bus_b_on_loop) as c:
         sub = await c.subscribe()
         await acollect(sub, 3)
-        await bus.stop()
-        async with aclient(bus_b) as pb:
+        await bus_on_loop.stop()
+        async with aclient(bus_b_on_loop) as pb:
             await pb.publish("/h/b", b"1", confirm=True)
             assert pairs(await acollect(sub, 1)) == [(1, "/h/b")]
             await pb.publish("/h/b", b"2", confirm=True)
@@ -554,9 +554,9 @@ async def test_malformed_messages_are_dropped_and_counted(shell: str) -> None:
         fake.close()
 
 
-async def test_closing_is_idempotent_and_ends_iteration(bus: Bus) -> None:
+async def test_closing_is_idempotent_and_ends_iteration(bus_on_loop: Bus) -> None:
     def scenario() -> None:
-        c = client(bus)
+        c = client(bus_on_loop)
         sub = c.subscribe()
         c.close()
         c.close()

@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.catalog.test_catalog import running_catalog
-from tests.support.bus import bus_on_base_port, free_base_port, running_bus
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.bus import bus_on_base_port, running_bus
+from tests.support.catalog import running_catalog
+from tests.support.ports import HeldPorts
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.common.security import KeyPair, generate_keys, load_keys
 from zbus.common.settings import ConfigError
 from zbus.eventbus.client import (
@@ -78,11 +79,6 @@ def keys(tmp_path: Path) -> Keys:
     )
 
 
-def _dead_endpoints() -> BusEndpoints:
-    """Four ports nothing listens on: a client starting there fails over."""
-    return BusEndpoints.from_base(f"tcp://127.0.0.1:{free_base_port()}")
-
-
 def _last_sequence(ends: BusEndpoints, curve: tuple[KeyPair, bytes]) -> int:
     with LogReader(ends, timeout=10 * UNIT, curve=curve) as reader:
         return reader.last_sequence()
@@ -132,12 +128,16 @@ async def test_a_listed_async_client_publishes_and_subscribes(tmp_path: Path, ke
         assert (live.seq, live.topic, live.data) == (second, "/curve/b", b"live")
 
 
-async def test_sockets_recreated_on_failover_speak_curve(tmp_path: Path, keys: Keys) -> None:
+async def test_sockets_recreated_on_failover_speak_curve(
+    tmp_path: Path, keys: Keys, refused_ports: HeldPorts
+) -> None:
+    # Four ports nothing listens on: a client starting there fails over.
+    dead = BusEndpoints.from_base(f"tcp://127.0.0.1:{refused_ports.port}")
     """The first endpoints are dead: publishing moves on to the bus, and so does the
     subscription; the sockets opened there must pass the bus's CURVE handshake, the
     stream's too (a live event, no second failover)."""
     async with running_bus(tmp_path / "bus", heartbeat_interval=BEAT, **keys.bus_settings) as bus:
-        ends = [_dead_endpoints(), BusEndpoints.from_info(bus.info())]
+        ends = [dead, BusEndpoints.from_info(bus.info())]
         async with AsyncEventBusClient(
             ends, producer="listed", heartbeat_interval=BEAT, curve=keys.curve(keys.listed)
         ) as client:
@@ -244,7 +244,7 @@ async def test_a_service_ships_its_logs_to_a_curve_bus(tmp_path: Path, keys: Key
                 )
 
             try:
-                await async_wait_for(shipped, what="the echo service's shipped log line")
+                await async_wait_until(shipped, what="the echo service's shipped log line")
             finally:
                 reader.close()
         finally:
@@ -285,7 +285,7 @@ async def test_the_catalog_follows_logs_on_a_curve_bus(tmp_path: Path, keys: Key
                     reply = await http.get("/api/v1/services/curvy/logs")
                 return [r["msg"] for r in reply.json()["logs"]] == ["hello over curve"]
 
-            await async_wait_for(served, what="the record in the catalog")
+            await async_wait_until(served, what="the record in the catalog")
         finally:
             shipper.close(timeout=5 * UNIT)
         assert shipper.failed == 0

@@ -14,7 +14,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.support.bus import free_port, new_event, running_bus
+from tests.support.bus import new_event, running_bus
 from tests.support.waiting import UNIT
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.client import (
@@ -82,8 +82,8 @@ async def test_pages_the_log_by_cursor_and_subtree(tmp_path: Path) -> None:
         await asyncio.to_thread(more)
 
 
-async def test_no_bus_at_the_endpoint_is_a_timeout_naming_it() -> None:
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
+async def test_no_bus_at_the_endpoint_is_a_timeout_naming_it(refused_port: int) -> None:
+    endpoint = f"tcp://127.0.0.1:{refused_port}"
     with (
         LogReader(endpoint, timeout=0.2 * UNIT) as reader,
         pytest.raises(TimeoutError, match=re.escape(endpoint)),

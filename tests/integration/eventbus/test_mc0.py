@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,10 @@ import pytest
 import zmq
 
 import zbus
-from tests.support.bus import free_port
-from tests.support.mc0 import RawPeer, bus_thread, connector_connect
-from tests.support.waiting import UNIT, wait_for
+from tests.support.bus import bus_thread
+from tests.support.mc0 import RawPeer, connector_connect
+from tests.support.ports import HeldPorts
+from tests.support.waiting import UNIT, wait_until
 from zbus.common.protocols import eventbus as eb
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 from zbus.eventbus.server.service import EventBusService
@@ -32,19 +32,6 @@ UNKNOWN_PING = (
     b"mc0 <unknown command> frame 1: expected a verb: NOOP, CONNECT, DISCONNECT, SUB, "
     b"UNSUB, PUT, MESSAGE, ERROR, OK, got b'PING'"
 )
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[Any]]:
-    context: zmq.Context[Any] = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-@pytest.fixture
-def bus(tmp_path: Path) -> Iterator[EventBusService]:
-    with bus_thread(tmp_path) as service:
-        yield service
 
 
 def endpoint(bus: EventBusService) -> str:
@@ -94,11 +81,13 @@ def test_the_real_connectors_frames_byte_for_byte(
     assert client.ask([b"", b"NOOP", b"ID", b"n-3"]) == [b"", b"OK", b"ID", b"n-3"]
     assert node.quiet() and client.quiet()  # one answer each, nothing else
     # The PUT without an ID is answered by nothing: wait for its commit.
-    wait_for(lambda: len(logged(bus, "mcollective discovery")) >= 2, what="both PUTs logged")
+    wait_until(lambda: len(logged(bus, "mcollective discovery")) >= 2, what="both PUTs logged")
     events = logged(bus, "mcollective discovery")
     assert [e.producer for e in events] == ["mc0:" + CLIENT_ID.decode()] * 2
     assert [e.data for e in events][1] == b"unheard"
     assert bus.mc0 is not None and len(bus.mc0.core.sessions) == 1  # the client's
+    node.close()
+    client.close()
 
 
 def test_the_specs_frames_without_the_delimiter(
@@ -117,6 +106,7 @@ def test_the_specs_frames_without_the_delimiter(
     peer.send([b"DISCONNECT"])
     assert peer.ask([b"NOOP", b"ID", b"1236"]) == [b"OK", b"ID", b"1236"]
     assert peer.quiet()
+    peer.close()
 
 
 @pytest.mark.parametrize(
@@ -161,6 +151,7 @@ def test_unknown_verb_or_malformed_message_one_error_and_the_connection_keeps_wo
     assert peer.ask([b"", b"NOOP", b"ID", b"n"]) == [b"", b"OK", b"ID", b"n"]
     assert peer.quiet()
     assert bus.mc0 is not None and bus.mc0.core.received["invalid"] == 1
+    peer.close()
 
 
 # ------------------------------------------------------------ one topic space
@@ -176,7 +167,7 @@ def test_one_put_is_stored_once_and_reaches_every_door(
     spec.linger = 0
     spec.setsockopt(zmq.SUBSCRIBE, b"mcollective ")
     spec.connect(endpoints.publisher)
-    wait_for(lambda: b"mcollective " in bus.pipeline.subscriptions.prefixes, what="XPUB")
+    wait_until(lambda: b"mcollective " in bus.pipeline.subscriptions.prefixes, what="XPUB")
     with (
         EventBusClient(endpoints, producer="watcher") as watcher,
         zbus.Mc0Client(endpoint(bus), ttl=30) as node,
@@ -272,10 +263,11 @@ def test_a_silent_client_gets_noop_then_is_dropped_with_its_subscriptions(
     connector_connect(peer, ttl=b"200")
     assert peer.ask([b"", b"SUB", b"ID", b"s", b"", b"t"]) == [b"", b"OK", b"ID", b"s"]
     assert peer.recv() == [b"", b"NOOP"]  # 0.95 x TTL after the OK
-    wait_for(lambda: core.expired == 1, what="the drop after 1.05 x TTL of silence")
+    wait_until(lambda: core.expired == 1, what="the drop after 1.05 x TTL of silence")
     assert core.sessions == {} and core.topics.count == 0
     # It was told nothing of it: its next command is answered as any new connection's.
     assert peer.ask([b"", b"NOOP", b"ID", b"late"]) == [b"", b"OK", b"ID", b"late"]
+    peer.close()
 
 
 def test_garbage_on_the_mc0_port_and_every_door_keeps_serving(
@@ -292,8 +284,10 @@ def test_garbage_on_the_mc0_port_and_every_door_keeps_serving(
         peers[n % len(peers)].send(frames)
     peers[0].send([b"", b"SUB", b"", *[b"t"] * 5000])  # too many frames
     assert bus.mc0 is not None
-    wait_for(lambda: sum(bus.mc0.core.received.values()) >= 2001, what="garbage read")
+    wait_until(lambda: sum(bus.mc0.core.received.values()) >= 2001, what="garbage read")
     assert bus.mc0.is_alive() and bus.readiness()["threads_alive"]
+    for peer in peers:
+        peer.close()
     endpoints = BusEndpoints.from_info(bus.info())
     with (
         EventBusClient(endpoints, producer="after") as client,
@@ -310,7 +304,10 @@ def test_garbage_on_the_mc0_port_and_every_door_keeps_serving(
 
 
 def test_the_client_opens_its_session_again_on_a_restarted_bus(tmp_path: Path) -> None:
-    port = free_port()
+    # Both buses bind this port: the client keeps its endpoint across the restart.
+    held = HeldPorts()
+    port = held.port
+    held.release()
     with bus_thread(tmp_path / "a", mc0_port=port) as first:
         client = zbus.Mc0Client(first.endpoints["mc0"], ttl=0.3)
         client.connect()

@@ -14,7 +14,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 import zbus
-from tests.support.mc0 import bus_thread
+from tests.support.bus import bus_thread
 from tests.support.waiting import UNIT
 from zbus.common.security import KeyPair, generate_keys, load_keys, make_client
 from zbus.eventbus.server.service import EventBusService
@@ -50,25 +50,19 @@ def keys(tmp_path: Path) -> Keys:
 
 
 @pytest.fixture
-def bus(tmp_path: Path, keys: Keys) -> Iterator[EventBusService]:
+def curve_bus(tmp_path: Path, keys: Keys) -> Iterator[EventBusService]:
+    """The shared ``bus``, but with CURVE on and the ``keys`` allow-list."""
     with bus_thread(
         tmp_path / "bus", curve_secret_key=keys.bus_secret, curve_allowed_clients=keys.allowed
     ) as service:
         yield service
 
 
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[Any]]:
-    context: zmq.Context[Any] = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-def test_a_listed_key_talks_mc0_over_curve(bus: EventBusService, keys: Keys) -> None:
+def test_a_listed_key_talks_mc0_over_curve(curve_bus: EventBusService, keys: Keys) -> None:
     curve = (keys.listed, keys.bus_public)
     with (
-        zbus.Mc0Client(bus.endpoints["mc0"], curve=curve) as node,
-        zbus.Mc0Client(bus.endpoints["mc0"], curve=curve) as client,
+        zbus.Mc0Client(curve_bus.endpoints["mc0"], curve=curve) as node,
+        zbus.Mc0Client(curve_bus.endpoints["mc0"], curve=curve) as client,
     ):
         node.subscribe("mcollective nodes")
         client.put("mcollective nodes", b"hello", {"X-REPLY-TO": "r"})
@@ -78,7 +72,7 @@ def test_a_listed_key_talks_mc0_over_curve(bus: EventBusService, keys: Keys) -> 
 
 
 def test_an_unlisted_key_is_refused_at_the_handshake(
-    bus: EventBusService, keys: Keys, ctx: zmq.Context[Any]
+    curve_bus: EventBusService, keys: Keys, ctx: zmq.Context[Any]
 ) -> None:
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
@@ -86,23 +80,23 @@ def test_an_unlisted_key_is_refused_at_the_handshake(
     monitor = sock.get_monitor_socket(
         zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     )
-    sock.connect(bus.endpoints["mc0"])
+    sock.connect(curve_bus.endpoints["mc0"])
     sock.send_multipart([b"", b"NOOP", b"ID", b"let-me-in"])
     assert monitor.poll(int(10_000 * UNIT)), "no handshake outcome"
     event = recv_monitor_message(monitor)
     assert event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH
     assert event["value"] == 400  # ZAP said no
     # Meanwhile a listed client is served, and the door heard nothing from the stranger.
-    with zbus.Mc0Client(bus.endpoints["mc0"], curve=(keys.listed, keys.bus_public)) as ok:
+    with zbus.Mc0Client(curve_bus.endpoints["mc0"], curve=(keys.listed, keys.bus_public)) as ok:
         ok.heartbeat()
-    assert bus.mc0 is not None and bus.mc0.core.received["NOOP"] == 1
+    assert curve_bus.mc0 is not None and curve_bus.mc0.core.received["NOOP"] == 1
     assert not sock.poll(0)
     monitor.close(linger=0)
     sock.close(linger=0)
 
 
 def test_50_curve_clients_x_1000_noops_with_an_id_each_get_an_ok(
-    bus: EventBusService, keys: Keys, ctx: zmq.Context[Any]
+    curve_bus: EventBusService, keys: Keys, ctx: zmq.Context[Any]
 ) -> None:
     """mc0d's stress tool, as PEERS.md describes it: no CONNECT, only NOOPs with IDs."""
     socks = []
@@ -111,7 +105,7 @@ def test_50_curve_clients_x_1000_noops_with_an_id_each_get_an_ok(
         sock.linger = 0
         sock.sndhwm = sock.rcvhwm = 2 * NOOPS
         make_client(sock, keys.listed, keys.bus_public)
-        sock.connect(bus.endpoints["mc0"])
+        sock.connect(curve_bus.endpoints["mc0"])
         socks.append(sock)
     for c, sock in enumerate(socks):
         for n in range(NOOPS):
@@ -134,9 +128,11 @@ def test_50_curve_clients_x_1000_noops_with_an_id_each_get_an_ok(
                 assert frames[:3] == [b"", b"OK", b"ID"], frames
                 answered[index[sock]].append(frames[3])
                 left -= 1
+    for sock in socks:
+        sock.close()
     for c, ids in enumerate(answered):
         assert ids == [b"%d-%d" % (c, n) for n in range(NOOPS)]  # every one, in order
-    assert bus.mc0 is not None
-    core = bus.mc0.core
+    assert curve_bus.mc0 is not None
+    core = curve_bus.mc0.core
     assert core.sent["OK"] == CLIENTS * NOOPS and core.drops["slow_client"] == 0
     assert core.sessions == {}  # NOOPs open no session

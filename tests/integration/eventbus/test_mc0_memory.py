@@ -21,7 +21,7 @@ from typing import Any
 import zmq
 
 from tests.support.bus_process import bus_process, memory_bytes
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, wait_until
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,7 +98,7 @@ def _run(data_dir: Path, *, read: bool) -> tuple[int, dict[str, float], int]:
                         confirm=True,
                     )
                     if read:  # paced: the reader stays within a batch or two of the bus
-                        wait_for(lambda n=n: got[0] >= n - BATCH, 60, what="the reader")
+                        wait_until(lambda n=n: got[0] >= n - BATCH, 60, what="the reader")
 
             def handled() -> bool:
                 m = _metrics(admin)
@@ -106,9 +106,9 @@ def _run(data_dir: Path, *, read: bool) -> tuple[int, dict[str, float], int]:
                 gap = m.get('zbus_eventbus_mc0_dropped_total{reason="stream_gap"}', 0)
                 return sent + gap >= EVENTS
 
-            wait_for(handled, 120, what="the door to handle every event")
+            wait_until(handled, 120, what="the door to handle every event")
             if read:
-                wait_for(
+                wait_until(
                     lambda: got[0] >= EVENTS or bool(_metrics(admin).get(SLOW)),
                     60,
                     what="the reader to read every event",

@@ -8,9 +8,7 @@ running in the Node-compatible mode.
 
 from __future__ import annotations
 
-import asyncio
 import re
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,16 +17,15 @@ import msgpack
 import pytest
 import zmq
 
-from tests.support.bus import free_base_port, running_bus
-from tests.support.waiting import UNIT, wait_for
+from tests.support.bus import bus_thread, running_bus
+from tests.support.ports import HeldPorts
+from tests.support.waiting import UNIT, wait_until
 from zbus.eventbus.client import (
     AsyncEventBusClient,
     BusEndpoints,
     DialectError,
     EventBusClient,
 )
-from zbus.eventbus.server.config import EventBusSettings
-from zbus.eventbus.server.service import EventBusService
 from zbus.eventbus.server.store import NewEvent, SqliteEventLog
 
 JS_ISO = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")  # Date.toISOString()
@@ -127,25 +124,7 @@ def test_spec_dialect_frames_are_those_of_the_rfc(tap: Tap) -> None:
 
 
 def test_node_dialect_client_against_a_zbus_bus_in_node_mode(tmp_path: Path) -> None:
-    service = EventBusService(
-        EventBusSettings(port=0, data_dir=tmp_path, compat="node", heartbeat_interval=0.2)
-    )
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-
-    async def run() -> None:
-        task = asyncio.create_task(service.run())
-        while not service.readiness()["started"]:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        ready.set()
-        await task
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    try:
-        assert ready.wait(20 * UNIT)
+    with bus_thread(tmp_path, compat="node", heartbeat_interval=0.2) as service:
         ends = BusEndpoints.from_info(service.info())
         with (
             EventBusClient(ends, producer="node-pub", compat="node") as pub,
@@ -154,7 +133,7 @@ def test_node_dialect_client_against_a_zbus_bus_in_node_mode(tmp_path: Path) -> 
             for value in range(3):
                 pub.publish("/demo/a", value)
             pub.publish("/other/x", "x")
-            wait_for(lambda: service.store.last_sequence() == 4, what="4 events stored")
+            wait_until(lambda: service.store.last_sequence() == 4, what="4 events stored")
             state = reader.subscribe(["/demo/", "/other/"])
             got = [state.next(timeout=10 * UNIT) for _ in range(2)]
             assert [(e.seq, e.topic, e.unpack()) for e in got if e] == [
@@ -173,20 +152,21 @@ def test_node_dialect_client_against_a_zbus_bus_in_node_mode(tmp_path: Path) -> 
             seqs = [resumed.next(timeout=10 * UNIT) for _ in range(3)]
             assert [(e.seq, e.unpack()) for e in seqs if e] == [(2, 1), (3, 2), (5, "live")]
             assert state.malformed == resumed.malformed == 0
-    finally:
-        loop.call_soon_threadsafe(service.request_stop)
-        thread.join(20 * UNIT)
 
 
 async def test_spec_dialect_async_client_resumes_after_the_bus_restarts(tmp_path: Path) -> None:
     """A plain subscription hears zbus's HUGZ, so it can tell that its bus was away even
     when ZeroMQ reconnected by itself: events logged meanwhile, never broadcast to it,
     come from the log with SYNCSTART from its last sequence."""
-    port = free_base_port()
+    # The client knows the bus by its base endpoint, from before the bus starts until
+    # after it restarted on the same ports.
+    held = HeldPorts(4)
+    port = held.port
     base = f"tcp://127.0.0.1:{port}"
     client = AsyncEventBusClient(
         base, producer="spec-client", compat="spec", heartbeat_interval=0.1, misses=3
     )
+    held.release()
     try:
         async with running_bus(tmp_path, port, heartbeat_interval=0.1, archive=False):
             sub = await client.subscribe("/r/")

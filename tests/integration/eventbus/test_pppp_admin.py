@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.mc0 import bus_thread
+from tests.support.bus import bus_thread
 from tests.support.pppp import metrics
 from zbus.eventbus.server import pppp_admin
 from zbus.eventbus.server.pppp_door import PpppDoor

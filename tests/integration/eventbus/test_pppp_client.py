@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.bus import free_port, running_bus
+from tests.support.bus import running_bus
 from tests.support.bus_process import bus_process
 from tests.support.lossy_proxy import LossyProxy
+from tests.support.ports import HeldPorts
 from tests.support.pppp import stored_position
-from tests.support.waiting import UNIT, async_wait_for, wait_for
+from tests.support.waiting import UNIT, async_wait_until, wait_until
 from zbus import (
     AsyncEventBusClient,
     AsyncPPPPSubscriber,
@@ -169,18 +170,18 @@ async def test_a_subscriber_killed_and_back_within_grace_gets_its_backlog(
         async with AsyncEventBusClient(BusEndpoints.from_info(bus.endpoints), producer="t") as c:
             proc = start_subscriber(endpoint, "/k/", "worker-1", out, mode)
             try:
-                await async_wait_for(
+                await async_wait_until(
                     lambda: asyncio.sleep(0, synced(bus, "worker-1", "/k/")), 30, "SYNC ACKed"
                 )
                 await apublish(c, "/k/a", first)
-                await async_wait_for(
+                await async_wait_until(
                     lambda: asyncio.sleep(0, len(rows(out, mode)) >= 1000), 60, "1000 taken"
                 )
                 kill(proc)  # mid-stream: the bus has what it sent and has no ACK of
                 before = rows(out, mode)
                 await apublish(c, "/k/a", second)  # and all of these: its backlog
                 proc = start_subscriber(endpoint, "/k/", "worker-1", out, mode)
-                await async_wait_for(
+                await async_wait_until(
                     lambda: asyncio.sleep(0, len({r[0] for r in rows(out, mode)}) >= 6000),
                     120,
                     "every message",
@@ -207,16 +208,16 @@ async def test_a_subscriber_back_after_the_grace_period_gets_a_sync_first(tmp_pa
         async with AsyncEventBusClient(BusEndpoints.from_info(bus.endpoints), producer="t") as c:
             proc = start_subscriber(endpoint, "/g/", "worker-2", out, "plain")
             try:
-                await async_wait_for(
+                await async_wait_until(
                     lambda: asyncio.sleep(0, synced(bus, "worker-2", "/g/")), 30, "SYNC ACKed"
                 )
                 for topic in ("/g/a", "/g/b", "/g/a"):
                     await apublish(c, topic, new_uuids(1))
-                await async_wait_for(lambda: asyncio.sleep(0, len(rows(out, "plain")) >= 3), 30)
+                await async_wait_until(lambda: asyncio.sleep(0, len(rows(out, "plain")) >= 3), 30)
                 kill(proc)
                 latest_c = new_uuids(2)
                 await apublish(c, "/g/c", latest_c)
-                await async_wait_for(
+                await async_wait_until(
                     lambda: asyncio.sleep(0, subscriber_state(bus, "worker-2") is None),
                     30,
                     "the grace period to run out",
@@ -225,12 +226,12 @@ async def test_a_subscriber_back_after_the_grace_period_gets_a_sync_first(tmp_pa
                 assert bus.pppp.submit(lambda door: door.core.grace_expiries).result(10) == 1
                 seen = len(rows(out, "plain"))
                 proc = start_subscriber(endpoint, "/g/", "worker-2", out, "plain")
-                await async_wait_for(
+                await async_wait_until(
                     lambda: asyncio.sleep(0, synced(bus, "worker-2", "/g/")), 30, "a new SYNC"
                 )
                 live = new_uuids(2)
                 await apublish(c, "/g/b", live)
-                await async_wait_for(
+                await async_wait_until(
                     lambda: asyncio.sleep(0, len(rows(out, "plain")) >= seen + 5), 30
                 )
             finally:
@@ -250,15 +251,22 @@ async def test_a_subscriber_back_after_the_grace_period_gets_a_sync_first(tmp_pa
 
 
 @pytest.mark.timeout(300)
-def test_the_bus_killed_9_and_restarted_mid_stream_keeps_exactly_once(tmp_path: Path) -> None:
+def test_the_bus_killed_9_and_restarted_mid_stream_keeps_exactly_once(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     data = tmp_path / "bus"
-    env = {"ZBUS_PPPP_PORT": str(free_port()), **BUS_ENV}
+    # Both processes bind this port: the subscriber keeps its endpoint across the restart.
+    held = HeldPorts()
+    env = {"ZBUS_PPPP_PORT": str(held.port), **BUS_ENV}
+    held.release()
     first, second = new_uuids(5000), new_uuids(5000)
     got: list[tuple[int, str]] = []
     with bus_process(data, env) as (pid, endpoints):
         with EventBusClient(BusEndpoints.from_info(endpoints), producer="t") as client:
             client.publish("/d/start", b"", confirm=True)
             sub = PPPPSubscriber(endpoints["pppp"], "/d/", name="d-1", **TIMES)
+            # Closed even when the test fails: its context, left open, holds the exit.
+            request.addfinalizer(sub.close)
             msg = sub.next(timeout=30 * UNIT)
             assert msg is not None and msg.sync
             publish(client, "/d/x", first)
@@ -267,7 +275,7 @@ def test_the_bus_killed_9_and_restarted_mid_stream_keeps_exactly_once(tmp_path: 
             assert msg is not None
             got.append((msg.sequence, msg.uuid))
         # The door stores positions in group commits: kill it once one has landed.
-        wait_for(lambda: stored_position(data, "d-1") >= 1000, 30, "a stored position")
+        wait_until(lambda: stored_position(data, "d-1") >= 1000, 30, "a stored position")
         os.kill(pid, signal.SIGKILL)
     with bus_process(data, env) as (_, endpoints):
         with EventBusClient(BusEndpoints.from_info(endpoints), producer="t") as client:
@@ -301,7 +309,7 @@ async def test_both_subscribers_subscribe_when_they_are_made(tmp_path: Path, she
         async def known() -> bool:
             return subscriber_state(bus, name) is not None
 
-        await async_wait_for(known, what="the bus to know the subscriber")
+        await async_wait_until(known, what="the bus to know the subscriber")
         async with AsyncEventBusClient(BusEndpoints.from_info(bus.endpoints), producer="t") as c:
             await apublish(c, "/m/x", uuids)
         if isinstance(sub, PPPPSubscriber):

@@ -4,15 +4,13 @@ with a key the bus does not know fails the handshake and the door hears nothing 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tests.support.mc0 import bus_thread
+from tests.support.bus import bus_thread
 from tests.support.pppp import RawSubscriber
 from tests.support.waiting import UNIT
 from zbus.common.protocols import pppp
@@ -22,13 +20,6 @@ from zbus.eventbus.client import BusEndpoints, EventBusClient
 from zbus.eventbus.server.service import EventBusService
 
 CHANNEL = "/secure/"
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[Any]]:
-    context: zmq.Context[Any] = zmq.Context()
-    yield context
-    context.destroy(linger=0)
 
 
 def _subscriber(

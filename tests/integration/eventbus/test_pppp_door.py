@@ -6,35 +6,20 @@ from __future__ import annotations
 import json
 import random
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgpack
-import pytest
 import zmq
 
 import zbus
-from tests.support.mc0 import bus_thread
+from tests.support.bus import bus_thread
 from tests.support.pppp import RawSubscriber, metrics
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, wait_until
 from zbus.common.protocols import pppp
 from zbus.common.protocols.pppp_event import EventPayload, SyncEnd
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 from zbus.eventbus.server.service import EventBusService
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[Any]]:
-    ctx: zmq.Context[Any] = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
-@pytest.fixture
-def bus(tmp_path: Path) -> Iterator[EventBusService]:
-    with bus_thread(tmp_path, pppp_port=0) as service:
-        yield service
 
 
 def door(bus: EventBusService) -> str:
@@ -96,7 +81,7 @@ def test_a_nack_gets_the_named_messages_again_and_a_new_subscriber_gets_the_stat
         items, end = late.sync("/n/")
         assert end == SyncEnd(5, 5) and [e.topic for e in items] == [f"/n/{i}" for i in range(1, 6)]
         late.close()
-        wait_for(lambda: metrics(bus.admin_url or "")["zbus_pppp_nacks_total"] == 2, what="NACKs")
+        wait_until(lambda: metrics(bus.admin_url or "")["zbus_pppp_nacks_total"] == 2, what="NACKs")
     finally:
         sub.close()
 
@@ -137,7 +122,7 @@ def test_after_the_grace_period_a_returning_subscriber_gets_a_sync(
                 client.publish_many([("/g/a", 1), ("/g/b", 2), ("/g/a", 3)], confirm=True)
                 sub.messages(3, "/g/")
                 # Silent: disconnected after misses x idle, dropped after the grace period.
-                wait_for(
+                wait_until(
                     lambda: metrics(bus.admin_url or "")["zbus_pppp_grace_expiries_total"] == 1,
                     what="grace expiry",
                 )
@@ -194,7 +179,7 @@ def test_garbage_is_dropped_and_counted_and_the_door_keeps_serving(
                 sent + 3
             )
 
-        wait_for(counted, what="every message counted")
+        wait_until(counted, what="every message counted")
         values = metrics(bus.admin_url or "")
         assert values["zbus_pppp_malformed_total{reason=ack_above_sent}"] == 1
         assert values["zbus_pppp_malformed_total{reason=channel_too_long}"] == 1
@@ -229,7 +214,7 @@ def test_the_admin_api_shows_channels_and_subscribers(
                 body: dict[str, Any] = json.loads(resp.read())
                 return body
 
-        wait_for(lambda: status()["channels"][0]["backlog"] == 2, what="backlog")
+        wait_until(lambda: status()["channels"][0]["backlog"] == 2, what="backlog")
         assert status()["channels"] == [
             {"channel": "/a/", "sequence": 2, "subscribers": 3, "backlog": 2}
         ]

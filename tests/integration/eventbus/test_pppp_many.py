@@ -9,7 +9,7 @@ from typing import Any
 
 import zmq
 
-from tests.support.mc0 import bus_thread
+from tests.support.bus import bus_thread
 from tests.support.pppp import metrics
 from tests.support.waiting import UNIT
 from zbus.common.protocols import pppp

@@ -11,7 +11,7 @@ import zmq
 import zmq.asyncio
 
 from tests.support.bus import confirmed_publish, new_event, running_bus, stamp
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.server.service import EventBusService
@@ -68,7 +68,7 @@ async def test_the_collector_refuses_every_field_out_of_range_and_stores_none(
                 before = _rejected(bus, "collector")
                 pub = [topic.encode(), bytes(8), producer.encode(), when.encode(), uuid.encode()]
                 await dealer.send_multipart([*pub, data])
-                await async_wait_for(
+                await async_wait_until(
                     lambda b=before: asyncio.sleep(0, _rejected(bus, "collector") > b),
                     what=f"PUB with a bad {field} counted",
                 )
@@ -135,7 +135,7 @@ async def test_snapshot_numbers_and_counts_out_of_range_get_a_clear_error(
             await snapshot.send_multipart(
                 [b"SYNCSTART", ";".join(many).encode(), (1).to_bytes(8, "big")]
             )
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(0, _rejected(bus, "snapshot") > before),
                 what="SYNCSTART with 2000 subtrees counted",
             )

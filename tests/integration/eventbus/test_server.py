@@ -10,7 +10,7 @@ import zmq
 import zmq.asyncio
 
 from tests.support.bus import confirmed_publish, new_event, running_bus, stamp
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.server.service import EventBusService
@@ -51,7 +51,7 @@ async def test_spec_client_publishes_snapshots_and_receives_broadcasts(tmp_path:
             for topic, value in (("/demo/a", b"1"), ("/demo/a", b"2"), ("/other/x", b"3")):
                 pub = eb.Pub(topic, None, "spec-client", stamp(), str(new_event(topic).uuid), value)
                 await collector.send_multipart(eb.encode(pub))
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(0, bus.store.last_sequence() == 3), what="3 events stored"
             )
             syncs, end = await _spec_snapshot(ctx, bus.endpoints["snapshot"], eb.SyncStart((), 0))
@@ -74,7 +74,7 @@ async def test_spec_client_publishes_snapshots_and_receives_broadcasts(tmp_path:
             # (Subscribed only now: the events above must not come back as broadcasts.)
             sub.subscribe(b"/demo/")
             sub.connect(bus.endpoints["publisher"])
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(0, b"/demo/" in bus.pipeline.subscriptions.prefixes),
                 what="subscription at the bus",
             )
@@ -102,7 +102,7 @@ async def test_node_dialect_serves_ascii_sequences_and_comma_subtrees(tmp_path: 
         sub.subscribe(b"")
         sub.connect(bus.endpoints["publisher"])
         try:
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(0, bus.pipeline.subscriptions.active),
                 what="subscription at the bus",
             )
@@ -224,7 +224,7 @@ async def test_malformed_messages_on_every_socket_change_nothing(tmp_path: Path)
                     )
                 )
 
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(
                     0,
                     rejected("collector") >= 6
@@ -271,7 +271,7 @@ async def test_a_subscriber_that_never_reads_does_not_stall_the_bus(tmp_path: Pa
         dealer = ctx.socket(zmq.DEALER)
         dealer.connect(bus.endpoints["collector"])
         try:
-            await async_wait_for(
+            await async_wait_until(
                 lambda: asyncio.sleep(0, bus.pipeline.subscriptions.active),
                 what="lazy subscription at the bus",
             )

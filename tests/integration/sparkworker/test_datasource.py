@@ -1,16 +1,14 @@
 """The ``zbus`` Spark data source against a real bus and the test process's SparkSession.
 
-Spark's calls block, so the bus runs on a loop of its own in a background thread and the
-tests are plain functions; events are published with the real blocking client.
+Spark's calls block, so the bus runs on a loop of its own in a background thread (the
+suite's ``bus`` fixture) and the tests are plain functions; events are published with
+the real blocking client.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,46 +18,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from tests.support.bus import running_bus
 from tests.support.spark import local_session
-from tests.support.waiting import UNIT, wait_for
+from tests.support.waiting import UNIT, wait_until
 from zbus.eventbus.client import BusEndpoints, EventBusClient, LogReader
 from zbus.sparkworker.datasource import SCHEMA, ZbusOptions, register
-
-
-@pytest.fixture
-def bus(tmp_path: Path) -> Iterator[BusEndpoints]:
-    """A real bus on its own loop in a background thread, until the test ends."""
-    box: dict[str, Any] = {}
-    up = threading.Event()
-
-    async def serve() -> None:
-        async with running_bus(tmp_path / "bus") as service:
-            box["stop"] = stop = asyncio.Event()
-            box["loop"] = asyncio.get_running_loop()
-            box["endpoints"] = BusEndpoints.from_info(service.info())
-            up.set()
-            await stop.wait()
-
-    def run() -> None:
-        try:
-            asyncio.run(serve())
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            up.set()
-
-    thread = threading.Thread(target=run, name="test-bus", daemon=True)
-    thread.start()
-    wait_for(up.is_set, 30, "the bus to start")
-    if "error" in box:
-        raise box["error"]
-    yield box["endpoints"]
-    box["loop"].call_soon_threadsafe(box["stop"].set)
-    thread.join(30 * UNIT)
-    assert not thread.is_alive(), "the bus did not stop"
-    if "error" in box:
-        raise box["error"]
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +46,15 @@ def rows(df: Any) -> list[tuple[int, str, Any]]:
 
 # ------------------------------------------------------------------------ batch
 def test_a_batch_read_returns_exactly_a_sequence_range_across_partitions(
-    spark: SparkSession, bus: BusEndpoints
+    spark: SparkSession, bus_endpoints: BusEndpoints
 ) -> None:
     items = [(f"/{'abc'[i % 3]}/{i}", i) for i in range(50)]
-    assert publish(bus, items) == list(range(1, 51))
+    assert publish(bus_endpoints, items) == list(range(1, 51))
     expected = [(i + 1, topic, data) for i, (topic, data) in enumerate(items)]
 
     df = (
         spark.read.format("zbus")
-        .option("endpoint", bus.snapshot)
+        .option("endpoint", bus_endpoints.snapshot)
         .option("startingSequence", 5)
         .option("endingSequence", 44)
         .option("partitionSize", 7)
@@ -104,11 +66,11 @@ def test_a_batch_read_returns_exactly_a_sequence_range_across_partitions(
     assert rows(df) == expected[4:44]
 
     # By default: from the first sequence to the bus's last when the query is planned.
-    everything = spark.read.format("zbus").option("endpoint", bus.snapshot).load()
+    everything = spark.read.format("zbus").option("endpoint", bus_endpoints.snapshot).load()
     assert rows(everything) == expected
 
     # ts is the producer's timestamp, in UTC; the rest as published.
-    with LogReader(bus) as reader:
+    with LogReader(bus_endpoints) as reader:
         logged = reader.page(after=9, limit=1).events[0]
     fmt = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
     got = everything.where("seq = 10").selectExpr("*", f'date_format(ts, "{fmt}") AS t').first()
@@ -122,13 +84,13 @@ def test_a_batch_read_returns_exactly_a_sequence_range_across_partitions(
 
 
 def test_a_batch_read_filters_by_subtree_and_reads_an_empty_bus(
-    spark: SparkSession, bus: BusEndpoints
+    spark: SparkSession, bus_endpoints: BusEndpoints
 ) -> None:
-    reader = spark.read.format("zbus").option("endpoint", bus.snapshot)
+    reader = spark.read.format("zbus").option("endpoint", bus_endpoints.snapshot)
     assert reader.load().collect() == []
 
     items = [(f"/{'abc'[i % 3]}/{i}", i) for i in range(30)]
-    publish(bus, items)
+    publish(bus_endpoints, items)
     wanted = [(i + 1, t, d) for i, (t, d) in enumerate(items) if t.startswith(("/a/", "/c/"))]
     for subtrees in ("/a/;/c/", "/c/, /a/"):
         df = reader.option("subtrees", subtrees).option("partitionSize", 4).load()
@@ -147,17 +109,17 @@ def arrived(spark: SparkSession, query: StreamingQuery, table: str, count: int) 
         got[:] = spark.sql(f"SELECT seq, topic, data FROM {table}").collect()
         return len(got) >= count
 
-    wait_for(enough, 60, f"{count} rows in {table}")
+    wait_until(enough, 60, f"{count} rows in {table}")
     return got
 
 
 def test_a_stream_from_latest_gets_each_new_event_exactly_once(
-    spark: SparkSession, bus: BusEndpoints, tmp_path: Path
+    spark: SparkSession, bus_endpoints: BusEndpoints, tmp_path: Path
 ) -> None:
-    publish(bus, [("/s/old", i) for i in range(5)])  # before the query: not read
+    publish(bus_endpoints, [("/s/old", i) for i in range(5)])  # before the query: not read
     query = (
         spark.readStream.format("zbus")
-        .option("endpoint", bus.snapshot)
+        .option("endpoint", bus_endpoints.snapshot)
         .option("subtrees", "/s/")
         .option("partitionSize", 3)
         .load()
@@ -168,14 +130,14 @@ def test_a_stream_from_latest_gets_each_new_event_exactly_once(
     )
     try:
         query.processAllAvailable()  # the starting offset is taken by now
-        first = publish(bus, [(f"/s/{i}", i) for i in range(10)] + [("/other", -1)])[:10]
+        first = publish(bus_endpoints, [(f"/s/{i}", i) for i in range(10)] + [("/other", -1)])[:10]
         got = arrived(spark, query, "zbus_latest", 10)
         assert sorted(r.seq for r in got) == first == list(range(6, 16))
         assert {(r.topic, msgpack.unpackb(r.data)) for r in got} == {
             (f"/s/{i}", i) for i in range(10)
         }
 
-        second = publish(bus, [(f"/s/again/{i}", i) for i in range(7)])
+        second = publish(bus_endpoints, [(f"/s/again/{i}", i) for i in range(7)])
         got = arrived(spark, query, "zbus_latest", 17)
         assert sorted(r.seq for r in got) == first + second
         assert query.lastProgress is not None
@@ -185,12 +147,12 @@ def test_a_stream_from_latest_gets_each_new_event_exactly_once(
 
 
 def test_available_now_from_a_sequence_respects_max_events_per_trigger(
-    spark: SparkSession, bus: BusEndpoints, tmp_path: Path
+    spark: SparkSession, bus_endpoints: BusEndpoints, tmp_path: Path
 ) -> None:
-    publish(bus, [(f"/n/{i}", i) for i in range(20)])
+    publish(bus_endpoints, [(f"/n/{i}", i) for i in range(20)])
     query = (
         spark.readStream.format("zbus")
-        .option("endpoint", bus.snapshot)
+        .option("endpoint", bus_endpoints.snapshot)
         .option("startingOffsets", 6)
         .option("maxEventsPerTrigger", 4)
         .load()
@@ -225,9 +187,9 @@ def test_available_now_from_a_sequence_respects_max_events_per_trigger(
     ],
 )
 def test_a_bad_option_is_a_clear_error(
-    spark: SparkSession, bus: BusEndpoints, options: dict[str, str], message: str
+    spark: SparkSession, bus_endpoints: BusEndpoints, options: dict[str, str], message: str
 ) -> None:
-    reader = spark.read.format("zbus").option("endpoint", bus.snapshot).options(**options)
+    reader = spark.read.format("zbus").option("endpoint", bus_endpoints.snapshot).options(**options)
     with pytest.raises(PySparkException, match=message):
         reader.load().collect()
 

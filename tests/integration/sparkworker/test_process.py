@@ -16,8 +16,8 @@ import pytest
 
 from tests.support.archive import make_events, write_archive
 from tests.support.broker import running_broker
-from tests.support.bus import free_port
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.service_log import logged_endpoints
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.broker.client import AsyncBrokerClient
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,7 +28,6 @@ WAIT = 90 * UNIT  # a cold session in a new process, twice
 async def test_own_session_survives_a_job_that_stops_it(tmp_path: Path) -> None:
     events = make_events(40, ("a/1", "a/2"), datetime(2024, 3, 9, tzinfo=UTC))
     write_archive(tmp_path / "archive", events)
-    admin = f"http://127.0.0.1:{free_port()}"
     async with running_broker(tmp_path / "broker") as broker:
         log = (tmp_path / "sparkworker.log").open("w")
         process = await asyncio.create_subprocess_exec(
@@ -38,7 +37,7 @@ async def test_own_session_survives_a_job_that_stops_it(tmp_path: Path) -> None:
                 "zbus",
                 "sparkworker",
                 "--admin-port",
-                admin.rsplit(":", 1)[1],
+                "0",  # the test reads the port from its log
                 "--broker-endpoint",
                 broker.endpoints["workers"],
                 "--data-dir",
@@ -58,18 +57,22 @@ async def test_own_session_survives_a_job_that_stops_it(tmp_path: Path) -> None:
         )
         try:
             async with (
-                httpx.AsyncClient(base_url=admin) as http,
+                httpx.AsyncClient() as http,
                 AsyncBrokerClient(broker.endpoints["clients"]) as client,
             ):
 
                 async def ready() -> bool:
                     assert process.returncode is None, (tmp_path / "sparkworker.log").read_text()
+                    endpoints = logged_endpoints(tmp_path / "sparkworker.log")
+                    if endpoints is None:
+                        return False
+                    http.base_url = httpx.URL(endpoints["admin"])
                     try:
                         return (await http.get("/readyz")).status_code == 200
                     except httpx.TransportError:
                         return False
 
-                await async_wait_for(ready, within=WAIT, what="the sparkworker process")
+                await async_wait_until(ready, within=WAIT, what="the sparkworker process")
                 first: dict[str, Any] = (await http.get("/api/v1/spark")).json()
                 assert (first["adopted"], first["master"], first["restarts"]) == (
                     False,

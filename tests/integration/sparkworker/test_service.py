@@ -23,7 +23,7 @@ from tests.support.archive import ArchivedEvent, make_events, write_archive
 from tests.support.broker import running_broker
 from tests.support.bus import running_bus
 from tests.support.spark import local_session
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.broker.client import AsyncBrokerClient, JobFailed
 from zbus.broker.server.service import BrokerService
 from zbus.common.security import generate_keys, load_keys
@@ -65,7 +65,7 @@ async def running_sparkworker(
             task.result()
         return all(service.readiness().values())
 
-    await async_wait_for(ready, within=60, what="sparkworker ready")
+    await async_wait_until(ready, within=60, what="sparkworker ready")
     try:
         yield service
     finally:
@@ -102,7 +102,7 @@ async def check_progress(http: httpx.AsyncClient, results: AsyncSubscription, he
             j["job_id"] == held_id and j["progress"]["tasks"]["completed"] >= 4 for j in running
         )
 
-    await async_wait_for(held_progress, within=WAIT, what="the held job's progress")
+    await async_wait_until(held_progress, within=WAIT, what="the held job's progress")
     progress = await next_on(results, f"{TOPIC}/held/progress")
     assert progress["job_id"] == held_id and progress["state"] == "running"
     one = (await http.get(f"/api/v1/spark/jobs/{held_id}")).json()
@@ -245,7 +245,7 @@ async def test_jobs_through_the_broker(tmp_path: Path, events: list[ArchivedEven
             async def all_announced() -> bool:
                 return await result_announcements() >= 6  # the six jobs that succeeded
 
-            await async_wait_for(all_announced, within=WAIT, what="result announcements")
+            await async_wait_until(all_announced, within=WAIT, what="result announcements")
             metrics = samples((await http.get("/metrics")).text)
 
             def jobs(job: str, outcome: str) -> float:
@@ -330,7 +330,7 @@ async def test_a_running_job_is_cancelled_through_the_admin_api(tmp_path: Path) 
             one = await http.get(f"/api/v1/spark/jobs/{job_id}")
             return one.status_code == 200 and one.json()["progress"]["tasks"]["active"] > 0
 
-        await async_wait_for(spark_tasks_running, within=WAIT, what="the slow job's tasks")
+        await async_wait_until(spark_tasks_running, within=WAIT, what="the slow job's tasks")
         assert (await http.post(f"/api/v1/spark/jobs/{job_id}/cancel")).status_code == 401
         auth = {"Authorization": "Bearer secret"}
         cancel = await http.post(f"/api/v1/spark/jobs/{job_id}/cancel", headers=auth)

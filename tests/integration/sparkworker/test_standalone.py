@@ -21,8 +21,9 @@ from pyspark.find_spark_home import _find_spark_home
 from tests.integration.sparkworker.test_process import ROOT
 from tests.support.archive import make_events, write_archive
 from tests.support.broker import running_broker
-from tests.support.bus import free_port
-from tests.support.waiting import UNIT, async_wait_for
+from tests.support.ports import HeldPorts
+from tests.support.service_log import logged_endpoints
+from tests.support.waiting import UNIT, async_wait_until
 from zbus.broker.client import AsyncBrokerClient
 
 WAIT = 120 * UNIT
@@ -47,7 +48,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def standalone_cluster(tmp: Path) -> Iterator[tuple[str, str]]:
     """A master and one worker (1 core, 1 GiB); yields (master URL, master web UI)."""
-    port, ui, worker_ui = free_port(), free_port(), free_port()
+    # Spark's own ports, for its command line: held until the master starts.
+    held = HeldPorts(3)
+    port, ui, worker_ui = held.ports
+    held.release()
     tmp.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
@@ -79,12 +83,12 @@ def standalone_cluster(tmp: Path) -> Iterator[tuple[str, str]]:
 
 @contextlib.asynccontextmanager
 async def sparkworker(
-    tmp: Path, broker: str, master: str, admin_port: int
+    tmp: Path, broker: str, master: str
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     log = (tmp / "sparkworker.log").open("w")
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "zbus", "sparkworker"),
-        *("--admin-port", str(admin_port), "--broker-endpoint", broker),
+        *("--admin-port", "0", "--broker-endpoint", broker),  # read back from its log
         *("--data-dir", str(tmp / "data"), "--archive-path", str(tmp / "archive")),
         *("--spark-master", master),
         *("--spark-conf", "spark.executor.memory=512m,spark.sql.shuffle.partitions=2"),
@@ -109,7 +113,6 @@ async def sparkworker(
 async def test_jobs_run_on_a_standalone_master_and_worker(tmp_path: Path) -> None:
     events = make_events(300, ("s/a", "s/b", "t/c"), datetime(2024, 5, 1, tzinfo=UTC))
     write_archive(tmp_path / "archive", events)
-    admin_port = free_port()
     with standalone_cluster(tmp_path / "spark") as (master, master_ui):
         async with httpx.AsyncClient() as http:
 
@@ -120,22 +123,27 @@ async def test_jobs_run_on_a_standalone_master_and_worker(tmp_path: Path) -> Non
                     return False
                 return int(state.get("aliveworkers", 0)) >= 1
 
-            await async_wait_for(worker_joined, within=WAIT, what="the Spark worker")
+            await async_wait_until(worker_joined, within=WAIT, what="the Spark worker")
             async with (
                 running_broker(tmp_path / "broker") as broker,
-                sparkworker(tmp_path, broker.endpoints["workers"], master, admin_port) as proc,
+                sparkworker(tmp_path, broker.endpoints["workers"], master) as proc,
                 AsyncBrokerClient(broker.endpoints["clients"]) as client,
             ):
-                admin = f"http://127.0.0.1:{admin_port}"
+                admin = ""
 
                 async def ready() -> bool:
+                    nonlocal admin
                     assert proc.returncode is None, (tmp_path / "sparkworker.log").read_text()
+                    endpoints = logged_endpoints(tmp_path / "sparkworker.log")
+                    if endpoints is None:
+                        return False
+                    admin = endpoints["admin"]
                     try:
                         return (await http.get(f"{admin}/readyz")).status_code == 200
                     except httpx.TransportError:
                         return False
 
-                await async_wait_for(ready, within=WAIT, what="the sparkworker on the cluster")
+                await async_wait_until(ready, within=WAIT, what="the sparkworker on the cluster")
                 spark = (await http.get(f"{admin}/api/v1/spark")).json()
                 assert spark["master"] == master and spark["up"] is True
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_until
 from zbus.common.clock import ManualClock
 from zbus.eventbus.server.archive import (
     ARCHIVE_SCHEMA,
@@ -367,9 +367,9 @@ def test_the_thread_flushes_on_batch_on_request_and_at_stop(
     )
     archiver.start()
     try:
-        wait_for(lambda: archiver.archived_through == 0, what="recovery at start")
+        wait_until(lambda: archiver.archived_through == 0, what="recovery at start")
         append(log, *(ev("/t", "bad timestamp") for _ in range(5)))
-        wait_for(lambda: archiver.archived_through == 5, what="a flush on batch")
+        wait_until(lambda: archiver.archived_through == 5, what="a flush on batch")
         append(log, ev("/t"))
         assert archiver.request_flush().result(10) == 6
         append(log, ev("/t"), ev("/u"))
