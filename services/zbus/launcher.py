@@ -125,7 +125,7 @@ class Cluster:
     def run(self) -> int:
         """Start everything, wait for a stop request, stop everything. Returns an exit code."""
         running = read_pidfile(self.pidfile)
-        if running is not None and _alive(running["launcher"]):
+        if running is not None and pid_alive(running["launcher"]):
             self.say(
                 f"a zbus cluster is already running (pid {running['launcher']}); "
                 "stop it with `make down`"
@@ -289,7 +289,7 @@ def stop_cluster(state_dir: Path, out: IO[str], timeout: float = 60.0) -> int:
     """``zbus down``: ask the launcher recorded in the state dir to stop, and wait for it."""
     pidfile = state_dir / "run" / "cluster.json"
     running = read_pidfile(pidfile)
-    if running is None or not _alive(running["launcher"]):
+    if running is None or not pid_alive(running["launcher"]):
         print("no zbus cluster is running", file=out)
         with contextlib.suppress(FileNotFoundError):
             pidfile.unlink()
@@ -297,16 +297,17 @@ def stop_cluster(state_dir: Path, out: IO[str], timeout: float = 60.0) -> int:
     pid = running["launcher"]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if pid_alive(pid):
         print(f"the launcher (pid {pid}) did not stop within {timeout:g} s", file=out)
         return 1
     print("zbus cluster stopped", file=out)
     return 0
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (signal 0: nothing is sent)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -27,7 +27,7 @@ from typing import Any
 
 from tests.bench.harness import Result, report
 from zbus.broker.core.model import Job, JobState
-from zbus.broker.server.store import JobStore, _job_row
+from zbus.broker.server.store import JobStore, job_row
 
 BATCH = 500
 ROUND = 60  # batches per timed round: 30,000 rows
@@ -99,7 +99,7 @@ def _rates(
     best_s = best_b = float("inf")
     for _ in range(ROUNDS):
         batches = [next(source) for _ in range(ROUND)]
-        rows: list[list[tuple[Any, ...]]] = [[_job_row(j) for j in b] for b in batches]
+        rows: list[list[tuple[Any, ...]]] = [[job_row(j) for j in b] for b in batches]
         t0 = time.perf_counter()
         for batch in batches:
             store.write(batch)

@@ -18,7 +18,7 @@ import pytest
 from tests.support.ports import HeldPorts
 from tests.support.waiting import UNIT, wait_until
 from zbus.common.settings import ConfigError
-from zbus.launcher import Cluster, ServiceSpec, _alive, load_cluster
+from zbus.launcher import Cluster, ServiceSpec, load_cluster, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +94,7 @@ def test_up_starts_every_service_and_down_stops_them(tmp_path: Path) -> None:
         assert "stopped" in down.stdout
         assert launcher.wait(timeout=30 * UNIT) == 0
         for pid in children:
-            wait_until(lambda pid=pid: not _alive(pid), what=f"service pid {pid} to exit")
+            wait_until(lambda pid=pid: not pid_alive(pid), what=f"service pid {pid} to exit")
         assert not (state / "run" / "cluster.json").exists()
         assert (state / "logs" / "first.log").read_text().count('"service stopped"') == 1
     finally:
@@ -229,7 +229,7 @@ def test_services_stop_cleanly_when_the_launcher_is_killed(tmp_path: Path) -> No
         up.proc.kill()  # kill -9: the launcher stops nothing itself
         up.proc.wait(timeout=30 * UNIT)
         for name, pid in pids.items():
-            wait_until(lambda pid=pid: not _alive(pid), timeout=30, what=f"{name} to exit")
+            wait_until(lambda pid=pid: not pid_alive(pid), timeout=30, what=f"{name} to exit")
             log = (tmp_path / "s" / "logs" / f"{name}.log").read_text()
             assert log.count('"service stopped"') == 1, log
         down = subprocess.run(
@@ -244,7 +244,7 @@ def test_services_stop_cleanly_when_the_launcher_is_killed(tmp_path: Path) -> No
     finally:
         up.stop()
         for pid in up.pids().values() if (tmp_path / "s" / "run" / "cluster.json").exists() else ():
-            if _alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -271,10 +271,10 @@ def test_a_service_still_starting_dies_with_the_launcher(tmp_path: Path) -> None
         wait_until(recorded, timeout=30, what="the launcher to record the service's pid")
         up.proc.kill()
         up.proc.wait(timeout=30 * UNIT)
-        wait_until(lambda: not _alive(pid), timeout=30, what="the starting service to exit")
+        wait_until(lambda: not pid_alive(pid), timeout=30, what="the starting service to exit")
     finally:
         up.stop()
-        if pid and _alive(pid):
+        if pid and pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -344,7 +344,7 @@ class Cluster:
         except ValueError:
             raise CliError(f"{what} at {url} answered HTTP {status}, not JSON") from None
         if status not in ok:
-            raise CliError(_status_error(what, status, parsed))
+            raise CliError(status_error(what, status, parsed))
         return status, parsed
 
 
@@ -361,7 +361,7 @@ def _reason(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _status_error(what: str, status: int, body: Any) -> str:
+def status_error(what: str, status: int, body: Any) -> str:
     detail: Any = body.get("detail") if isinstance(body, dict) else None
     if isinstance(detail, list):  # a validation error: where and why
         parts = []

@@ -7,7 +7,7 @@ import argparse
 import msgpack
 import pytest
 
-from zbus.cli.common import CliError, Cluster, _status_error, located, reachable
+from zbus.cli.common import CliError, Cluster, located, reachable, status_error
 from zbus.cli.logs import matches, render
 from zbus.cli.output import data_view, duration, identity, size
 
@@ -51,13 +51,13 @@ def test_flags_then_variables_then_the_catalog() -> None:
 
 
 def test_api_errors_read_as_one_line() -> None:
-    assert _status_error("the broker", 404, {"detail": "no job 'x'"}) == (
+    assert status_error("the broker", 404, {"detail": "no job 'x'"}) == (
         "the broker answered HTTP 404: no job 'x'"
     )
     invalid = {"detail": [{"loc": ["query", "limit"], "msg": "too big"}]}
-    assert _status_error("the bus", 422, invalid) == "the bus answered HTTP 422: limit: too big"
-    assert "--token" in _status_error("the broker", 401, None)
-    assert _status_error("x", 500, ["odd"]) == "x answered HTTP 500"
+    assert status_error("the bus", 422, invalid) == "the bus answered HTTP 422: limit: too big"
+    assert "--token" in status_error("the broker", 401, None)
+    assert status_error("x", 500, ["odd"]) == "x answered HTTP 500"
 
 
 def test_values_for_people() -> None:

@@ -94,7 +94,8 @@ def _unpack(data: bytes) -> tuple[tuple[str, str], ...]:
     return msgpack.unpackb(data, use_list=False)  # type: ignore[no-any-return]
 
 
-def _job_row(j: Job) -> tuple[Any, ...]:
+def job_row(j: Job) -> tuple[Any, ...]:
+    """A job as the row the jobs table stores (the columns in order)."""
     return (
         j.id, j.queue, _pack(j.headers), j.body, j.client, _CODE[j.state], j.attempts,
         j.max_retries, j.timeout, j.not_before, j.created, j.updated, j.worker, j.started,
@@ -137,7 +138,7 @@ class JobStore(Store):
         delete the named schedules, in one transaction: durable once this returns."""
         if not (jobs or schedules or deleted_schedules):
             return
-        job_rows = [_job_row(j) for j in jobs]
+        job_rows = [job_row(j) for j in jobs]
         schedule_rows = [
             (s.id, s.queue, _pack(s.headers), s.body, s.interval, s.cron, s.next_run, s.created)
             for s in schedules
