@@ -190,7 +190,7 @@ class Mc0Door(SocketThread):
                 self._queue(identity, frames)
             else:
                 self._send(identity, frames)
-        self._log_refusals()
+        self._log_refusals(now)
 
     def _send(self, identity: bytes, frames: list[bytes]) -> bool:
         """Send now, or queue in the outbox when the connection's ZeroMQ queue is full;
@@ -249,8 +249,8 @@ class Mc0Door(SocketThread):
         for publish in chunk:
             self.core.failed(publish.reply, "busy", f"mc0 PUT: not stored: {why}", now)
 
-    def _log_refusals(self) -> None:
-        log_refusals(self.core.refusals, self._limiter, log, "mc0 message refused")
+    def _log_refusals(self, now: float) -> None:
+        log_refusals(self.core.refusals, self._limiter, log, "mc0 message refused", now)
 
 
 class Mc0Metrics(Collector):

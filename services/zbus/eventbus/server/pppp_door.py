@@ -309,7 +309,7 @@ class PpppDoor(SocketThread):
                 self._publish_customs(customs)
             if now >= self._next_persist:
                 self._persist(now)
-            self._log_refusals()
+            self._log_refusals(now)
         self._persist(clock.monotonic())
 
     def _timeout_ms(self, now: float, waiting_out: bool = False) -> int:
@@ -496,8 +496,8 @@ class PpppDoor(SocketThread):
         if changes.hold_moves and not changes.hold_first:
             self.hold(changes.hold)
 
-    def _log_refusals(self) -> None:
-        log_refusals(self.core.refusals, self._limiter, log, "pppp message dropped")
+    def _log_refusals(self, now: float) -> None:
+        log_refusals(self.core.refusals, self._limiter, log, "pppp message dropped", now)
 
 
 __all__ = ["PpppDoor", "payload_of"]
