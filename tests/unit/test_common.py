@@ -142,7 +142,7 @@ def test_refusals_are_logged_within_the_limit_and_the_list_emptied(
     refusals = [(b"\x01\x02", "bad_value", f"detail {i}") for i in range(5)]
     logger = logging.getLogger("zbus.test.refusals")
     with caplog.at_level(logging.WARNING, logger="zbus.test.refusals"):
-        log_refusals(refusals, limiter, logger, "door message refused")
+        log_refusals(refusals, limiter, logger, "door message refused", 0.0)
     assert refusals == []
     records = [r for r in caplog.records if r.name == "zbus.test.refusals"]
     assert [r.getMessage() for r in records] == ["door message refused"] * 2

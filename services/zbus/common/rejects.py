@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 from zbus.common.protocols.errors import (
     FrameCountError,
@@ -54,12 +53,13 @@ def log_refusals(
     limiter: LogLimiter,
     logger: logging.Logger,
     message: str,
+    now: float,
 ) -> None:
     """Log what a door refused, ``(peer identity, reason, detail)`` each, within the
-    limiter's rate, and empty the list (the refusals are counted where they were made)."""
+    limiter's rate at ``now`` (monotonic seconds), and empty the list (the refusals are
+    counted where they were made)."""
     if not refusals:
         return
-    now = time.time()
     for identity, reason, detail in refusals:
         if limiter.allow(now):
             logger.warning(

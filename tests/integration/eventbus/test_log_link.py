@@ -15,7 +15,7 @@ from zbus.common.clock import ManualClock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.core.link import Outgoing
 from zbus.eventbus.doors.link import COLLECTOR_FULL, IN_FLIGHT, LogLink
-from zbus.eventbus.doors.wiring import DoorWiring
+from zbus.eventbus.doors.wiring import DoorWiring, LogReads
 from zbus.eventbus.server.config import EventBusSettings
 
 COLLECTOR = "inproc://link-collector"
@@ -59,8 +59,17 @@ def pipeline(ctx: zmq.Context[Any]) -> Iterator[Pipeline]:
     p.close()
 
 
+def no_reader() -> LogReads:
+    raise AssertionError("the link reads no log")
+
+
 def make_link(
-    ctx: zmq.Context[Any], clock: ManualClock, *, max_batches: int = 10, **settings: Any
+    ctx: zmq.Context[Any],
+    clock: ManualClock,
+    *,
+    max_batches: int = 10,
+    heartbeats: bool = False,
+    **settings: Any,
 ) -> LogLink[Outgoing]:
     wiring = DoorWiring(
         ctx=ctx,
@@ -71,8 +80,11 @@ def make_link(
         secure=lambda sock: None,
         log_path=Path("events.db"),  # the link reads no file
         hold=lambda through: None,
+        open_reader=no_reader,
     )
-    link: LogLink[Outgoing] = LogLink(wiring, name="test", max_batches=max_batches, timeout=5.0)
+    link: LogLink[Outgoing] = LogLink(
+        wiring, name="test", max_batches=max_batches, timeout=5.0, heartbeats=heartbeats
+    )
     link.open()
     return link
 
@@ -189,5 +201,27 @@ def test_stream_batches_are_decoded_with_the_events_missed_before_each(
         publish(30, 1)
         assert link.stream.poll(5000)
         assert [m for _, _, m in link.batches(10, lambda: True)] == [0]
+    finally:
+        link.close()
+
+
+def test_with_heartbeats_each_comes_as_an_empty_batch_after_the_logs_last(
+    ctx: zmq.Context[Any], pipeline: Pipeline
+) -> None:
+    link = make_link(ctx, ManualClock(), heartbeats=True)
+    try:
+        for _ in range(100):  # the inproc subscription takes effect at once, or nearly
+            pipeline.stream.send_multipart(ext.encode(ext.StreamHeartbeat(0)))
+            if link.stream.poll(10):
+                break
+        got = list(link.batches(100, lambda: True))
+        assert got and all(one == (1, [], 0) for one in got)
+        rows = (ext.EventData("/t/1", "p", "ts", "u", b"d"),)
+        pipeline.stream.send_multipart(ext.encode(ext.StreamBatch(1, rows)))
+        pipeline.stream.send_multipart(ext.encode(ext.StreamHeartbeat(1)))
+        pipeline.stream.send_multipart(ext.encode(ext.StreamHeartbeat(4)))  # 2..4 missed
+        assert link.stream.poll(5000)
+        seen = [(f, len(r), m) for f, r, m in link.batches(10, lambda: True)]
+        assert seen == [(1, 1, 0), (2, 0, 0), (5, 0, 3)]
     finally:
         link.close()

@@ -16,8 +16,8 @@ import pytest
 
 from tests.support.bus import bus_thread
 from tests.support.pppp import metrics
-from zbus.eventbus.server import pppp_admin
-from zbus.eventbus.server.pppp_door import PpppDoor
+from zbus.eventbus.doors.pppp import PpppDoor
+from zbus.eventbus.doors.pppp import admin as pppp_admin
 from zbus.eventbus.server.service import EventBusService
 
 

@@ -33,7 +33,7 @@ from zbus import (
     PPPPSubscriber,
 )
 from zbus.common.security import generate_keys, load_keys
-from zbus.eventbus.server.pppp_admin import pppp_status
+from zbus.eventbus.doors.pppp.admin import pppp_status
 from zbus.eventbus.server.service import EventBusService
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -119,3 +119,16 @@ def test_after_a_reset_the_next_batch_starts_over() -> None:
     assert follower.batch(50, 1) == 0
     assert follower.batch(52, 1) == 1
     assert follower.missed == 1
+
+
+def test_a_heartbeat_past_the_expected_sequence_reports_the_events_missed() -> None:
+    follower = StreamFollower()
+    assert follower.heartbeat(10) == 0  # before the first batch: nothing to miss
+    assert follower.expect is None
+    follower.batch(10, 5)
+    assert follower.heartbeat(15) == 0  # the log is where the door stands
+    assert follower.heartbeat(12) == 0  # an older heartbeat: nothing missed
+    assert follower.expect == 15
+    assert follower.heartbeat(18) == 3  # 15, 16 and 17 did not come
+    assert follower.batch(18, 1) == 0  # counted once
+    assert follower.missed == 3

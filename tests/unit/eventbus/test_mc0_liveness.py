@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from zbus.eventbus.core.mc0_liveness import Liveness
-from zbus.eventbus.core.mc0_outbox import FRAME_OVERHEAD, Outbox, message_size
+from zbus.eventbus.core.mc0 import FRAME_OVERHEAD, Liveness, Outbox, message_size
 
 
 def test_noop_after_095_ttl_of_own_silence_lost_after_105_ttl_of_the_buss() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from zbus.common.settings import ConfigError
 from zbus.eventbus.core.flow import hwm_for
-from zbus.eventbus.core.mc0_outbox import message_bytes, smallest_peer_bytes
+from zbus.eventbus.core.mc0 import message_bytes, smallest_peer_bytes
 from zbus.eventbus.server.config import EventBusSettings
 
 

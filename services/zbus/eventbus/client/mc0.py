@@ -3,7 +3,7 @@
 It speaks as the MCollective 0MQ connector does (a DEALER, an empty delimiter frame
 before each verb, VERSION 0.2, an ID on every command it waits for) unless asked for the
 spec's shape, and keeps its session alive by the TTL it sent
-(:mod:`zbus.eventbus.core.mc0_liveness`): a NOOP after ``0.95 x TTL`` of its own
+(:class:`~zbus.eventbus.core.mc0.Liveness`): a NOOP after ``0.95 x TTL`` of its own
 silence, and after ``1.05 x TTL`` without a word from the bus a new CONNECT and SUB of
 every topic it holds (counted in ``reconnects``), since the bus then has dropped its
 session or restarted.
@@ -28,7 +28,7 @@ from zbus.common.protocols import mc0
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.security import KeyPair, check_client, make_client
 from zbus.errors import ZbusError
-from zbus.eventbus.core.mc0_liveness import Liveness
+from zbus.eventbus.core.mc0 import Liveness
 
 __all__ = ["Mc0Client", "Mc0Error", "Mc0Message"]
 

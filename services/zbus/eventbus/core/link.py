@@ -15,7 +15,7 @@ owns both sockets; what here decides, it asks:
   flight;
 - :class:`StreamFollower`: the stream sequence expected next, so that a batch that
   starts above it reports the events missed (the stream's SUB drops when its queue is
-  full).
+  full), or a heartbeat says the log is past it.
 
 Times are monotonic seconds, passed in.
 """
@@ -159,6 +159,17 @@ class StreamFollower:
         if expect is not None and first > expect:
             self.missed += first - expect
             return first - expect
+        return 0
+
+    def heartbeat(self, next_seq: int) -> int:
+        """The stream says the next event is ``next_seq``: the events missed before it (0
+        when none). Before the first batch nothing can be missed, and nothing is after
+        it: a heartbeat only tells of events that did not come."""
+        expect = self.expect
+        if expect is not None and next_seq > expect:
+            self.expect = next_seq
+            self.missed += next_seq - expect
+            return next_seq - expect
         return 0
 
     def reset(self) -> None:

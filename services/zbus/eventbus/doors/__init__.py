@@ -9,8 +9,8 @@ Every door is three parts:
   hands back what to send, what to publish into the log or read from it or store, and
   its next deadline. It reads no clock, no socket and no store, and calls nothing back:
   a read of the log is an action it asks its shell for, whose result comes back to it
-  as an input. ``Mc0Core`` collects its output for ``take()`` and says its next
-  deadline in ``next_deadline()``;
+  as an input. ``Mc0Core`` and ``PpppCore`` collect their output for ``take()`` and
+  say their next deadline in ``next_deadline()``;
 - a **shell** (here): one thread with a blocking poller that owns the door's sockets,
   feeds the core what arrives with the time, and carries out what the core hands back.
   What the shell does the same for every door, it does through a
@@ -28,10 +28,10 @@ from __future__ import annotations
 from typing import Any
 
 from zbus.eventbus.doors.mc0 import MC0
+from zbus.eventbus.doors.pppp import PPPP
 from zbus.eventbus.doors.wiring import Door, DoorSettings, DoorSpec, DoorWiring
 
-#: The doors of this package, in the order they start (and stop). The service adds the
-#: PPPP door, whose shell is still its own (``zbus.eventbus.server.pppp_door``).
-DOORS: tuple[DoorSpec[Any], ...] = (MC0,)
+#: Every door of the bus, in the order they start (and stop).
+DOORS: tuple[DoorSpec[Any], ...] = (MC0, PPPP)
 
 __all__ = ["DOORS", "Door", "DoorSettings", "DoorSpec", "DoorWiring"]

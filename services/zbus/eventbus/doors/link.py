@@ -12,7 +12,10 @@ Every door that publishes into the log or follows it does it through a
   :data:`COLLECTOR_FULL`), so that no event waits unanswered;
 - **following**: the pipeline's stream (its inproc endpoint), every event the bus
   stored, from any door, in the stream's batches, decoded without per-event checks (the
-  pipeline checked them), each with the events missed just before it.
+  pipeline checked them), each with the events missed just before it. A door that
+  follows the log's head too (``heartbeats=True``) also gets the stream's heartbeats, each
+  as an empty batch from the sequence after the log's last: events below it that did
+  not come are missed.
 
 The bookkeeping is :mod:`zbus.eventbus.core.link`; this shell only moves bytes. It reads
 the wall clock for the events' timestamps, nothing else: deadlines come in as ``now``.
@@ -59,6 +62,7 @@ class LogLink(Generic[T]):
         max_batches: batches waiting for their answer, at most.
         timeout: seconds the collector has to answer a batch.
         follow: whether to read the stream (False: a door that only publishes).
+        heartbeats: whether :meth:`batches` also yields the stream's heartbeats.
     """
 
     def __init__(
@@ -69,10 +73,12 @@ class LogLink(Generic[T]):
         max_batches: int,
         timeout: float,
         follow: bool = True,
+        heartbeats: bool = False,
     ) -> None:
         self.wiring = wiring
         self.name = name
         self.follow = follow
+        self.heartbeats = heartbeats
         self.confirms: Confirms[T] = Confirms(max_batches=max_batches, timeout=timeout)
         self.follower = StreamFollower()
         self.stored = 0  # events the collector confirmed
@@ -98,6 +104,8 @@ class LogLink(Generic[T]):
             # holds what any stream subscriber may (ZBUS_STREAM_PEER_BYTES), and one more.
             self.stream.rcvhwm = 1
             self.stream.setsockopt(zmq.SUBSCRIBE, ext.STREAM_BATCH)
+            if self.heartbeats:
+                self.stream.setsockopt(zmq.SUBSCRIBE, ext.STREAM_HEARTBEAT)
             self.stream.connect(self.wiring.stream)
         return list(self.sockets)
 
@@ -166,8 +174,10 @@ class LogLink(Generic[T]):
     def batches(self, limit: int, wanted: Callable[[], object]) -> Iterator[StreamBatch]:
         """Up to ``limit`` stream batches waiting now. While ``wanted()`` is false (the
         door has nobody to give events to) a batch is taken and not even decoded, and
-        the next one starts over (no gap is counted across it)."""
-        stream, follower = self.stream, self.follower
+        the next one starts over (no gap is counted across it). With ``heartbeats``, a
+        heartbeat (the log's last sequence ``n``) comes as the empty batch ``(n + 1, [],
+        missed)``."""
+        stream, follower, heartbeats = self.stream, self.follower, self.heartbeats
         for _ in range(limit):
             try:
                 frames = stream.recv_multipart(zmq.NOBLOCK)
@@ -181,7 +191,9 @@ class LogLink(Generic[T]):
             except ProtocolError as exc:
                 log.error("%s door: unreadable stream batch", self.name, extra={"error": str(exc)})
                 continue
-            if isinstance(got, int):
-                continue  # a heartbeat
+            if isinstance(got, int):  # a heartbeat: the log's last sequence
+                if heartbeats:
+                    yield got + 1, [], follower.heartbeat(got + 1)
+                continue
             first, rows = got
             yield first, rows, follower.batch(first, len(rows))

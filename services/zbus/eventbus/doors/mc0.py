@@ -13,7 +13,7 @@ Three sockets, no change to the bus's hot path (ADR 0005):
 What one connection can make the bus hold is bounded in bytes, ``mc0_peer_bytes`` each
 way. Inbound, the ROUTER's high-water mark is ``mc0_peer_bytes // largest message - 1``.
 Outbound, half of it is ZeroMQ's queue (the mark from half the bytes, with the largest
-messages) and half the door's :class:`~zbus.eventbus.core.mc0_outbox.Outbox`, counted in
+messages) and half the door's :class:`~zbus.eventbus.core.mc0.Outbox`, counted in
 bytes, where a burst of small messages waits for the queue to drain. The ROUTER sends
 with ``ROUTER_MANDATORY`` and without blocking: a message past both is dropped and
 counted (``reason="slow_client"``), and one for a connection that is gone drops its
@@ -34,8 +34,7 @@ from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.threads import SocketThread
 from zbus.common.wire import recv_frames, send_frames
 from zbus.eventbus.core.flow import hwm_for
-from zbus.eventbus.core.mc0 import Mc0Core, Publish
-from zbus.eventbus.core.mc0_outbox import Outbox, message_bytes
+from zbus.eventbus.core.mc0 import Mc0Core, Outbox, Publish, message_bytes
 from zbus.eventbus.doors.link import COLLECTOR_FULL, IN_FLIGHT, LogLink
 from zbus.eventbus.doors.wiring import DoorSettings, DoorSpec, DoorWiring
 
@@ -191,7 +190,7 @@ class Mc0Door(SocketThread):
                 self._queue(identity, frames)
             else:
                 self._send(identity, frames)
-        self._log_refusals()
+        self._log_refusals(now)
 
     def _send(self, identity: bytes, frames: list[bytes]) -> bool:
         """Send now, or queue in the outbox when the connection's ZeroMQ queue is full;
@@ -250,8 +249,8 @@ class Mc0Door(SocketThread):
         for publish in chunk:
             self.core.failed(publish.reply, "busy", f"mc0 PUT: not stored: {why}", now)
 
-    def _log_refusals(self) -> None:
-        log_refusals(self.core.refusals, self._limiter, log, "mc0 message refused")
+    def _log_refusals(self, now: float) -> None:
+        log_refusals(self.core.refusals, self._limiter, log, "mc0 message refused", now)
 
 
 class Mc0Metrics(Collector):

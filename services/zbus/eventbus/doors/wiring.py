@@ -2,13 +2,15 @@
 
 The doors sit below the service (``zbus.eventbus.server``) and never import it: the
 settings come in as :class:`DoorSettings`, the few settings a door reads (the service's
-``EventBusSettings`` has them all), and the store as plain callables.
+``EventBusSettings`` has them all), and the store as plain callables: the log's reader
+as a factory of :class:`LogReads`, the reads a door makes (the service's
+``SqliteEventLogReader`` makes them).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -18,20 +20,80 @@ from prometheus_client.registry import CollectorRegistry
 
 from zbus.common.clock import Clock
 from zbus.eventbus.core.mc0 import Mc0Limits
+from zbus.eventbus.core.spec import LogEntry
 
-__all__ = ["Door", "DoorSettings", "DoorSpec", "DoorWiring"]
+__all__ = ["Door", "DoorSettings", "DoorSpec", "DoorWiring", "LogPage", "LogReads"]
 
 
 class DoorSettings(Protocol):
     """The bus's settings a door reads (``ZBUS_*``; docs/eventbus.md)."""
 
     host: str
+    fsync: bool
     max_batch_events: int  # what the collector takes in one batch
     max_message_bytes: int
+    max_event_bytes: int
     mc0_port: int | None
     mc0_peer_bytes: int
+    pppp_port: int | None
+    pppp_window: int
+    pppp_peer_bytes: int
+    pppp_cache_bytes: int
+    pppp_max_channels: int
+    pppp_max_subscribers: int
+    pppp_first_idle: float
+    pppp_idle: float
+    pppp_misses: int
+    pppp_grace: float
 
     def mc0_limits(self) -> Mc0Limits: ...
+
+
+class LogPage(Protocol):
+    """A page of the log: its events, the cursor of the next page (None: the last), and
+    the log's last sequence where the page was read."""
+
+    @property
+    def events(self) -> Sequence[LogEntry]: ...
+    @property
+    def next(self) -> str | None: ...
+    @property
+    def sequence(self) -> int: ...
+
+
+class LogReads(Protocol):
+    """The reads of the log a door makes, on its own thread, with its own connection.
+
+    Raises ``zbus.common.sqlite.StoreError`` when a read fails.
+    """
+
+    def snapshot_page(
+        self,
+        subtrees: tuple[str, ...],
+        since: int,
+        after: str | None,
+        limit: int,
+        max_bytes: int | None = None,
+    ) -> LogPage:
+        """The latest event of each topic under ``subtrees`` above ``since``, in topic
+        order after ``after``."""
+        ...
+
+    def log_page(
+        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
+    ) -> LogPage:
+        """The events under ``subtrees`` after ``after_seq``, in log order."""
+        ...
+
+    def replay(
+        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
+    ) -> Sequence[LogEntry]:
+        """Up to ``limit`` events under ``subtrees`` after ``after_seq``, in log order."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection."""
+        ...
 
 
 class Door(Protocol):
@@ -61,7 +123,9 @@ class DoorWiring:
         collector: the pipeline's collector endpoint (events in).
         stream: the pipeline's stream endpoint (events out).
         secure: applies the bus's CURVE keys and ZAP allow-list to a socket it binds.
-        log_path: the event log's file, for a door that reads it or keeps files beside it.
+        log_path: the event log's file, for a door that keeps files beside it.
+        open_reader: opens a reader of the log, for a door that reads it (on its own
+            thread, which closes it).
         hold: holds the log's retention for this door (None: holds nothing), for a door
             that needs events to stay in the log until it passed them.
     """
@@ -74,6 +138,7 @@ class DoorWiring:
     secure: Callable[[zmq.Socket[Any]], None]
     log_path: Path
     hold: Callable[[int | None], None]
+    open_reader: Callable[[], LogReads]
 
 
 D = TypeVar("D", bound=Door)

@@ -9,8 +9,7 @@ from pydantic import Field, model_validator
 from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
 from zbus.common.settings import ServiceSettings
 from zbus.eventbus.core.flow import PeerBounds
-from zbus.eventbus.core.mc0 import Mc0Limits
-from zbus.eventbus.core.mc0_outbox import smallest_peer_bytes
+from zbus.eventbus.core.mc0 import Mc0Limits, smallest_peer_bytes
 
 MiB = 1024 * 1024
 

@@ -27,13 +27,12 @@ from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.sqlite import checkpoint
 from zbus.eventbus.doors import DOORS, Door, DoorSpec, DoorWiring
 from zbus.eventbus.doors.mc0 import Mc0Door
+from zbus.eventbus.doors.pppp import PpppDoor, read_status, read_summary
 from zbus.eventbus.server.archive import ArchiveError, Archiver
 from zbus.eventbus.server.archive_process import ArchiveProcess
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
-from zbus.eventbus.server.pppp_admin import PpppMetrics, read_status, read_summary
-from zbus.eventbus.server.pppp_door import PpppDoor
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
     LoggedEvent,
@@ -47,35 +46,6 @@ from zbus.runtime.service import Service
 log = logging.getLogger(__name__)
 
 TRANSFER_CACHE_KIB = 2048  # SQLite page cache of each spec snapshot's read connection
-
-
-def build_pppp(wiring: DoorWiring) -> PpppDoor:
-    """The PPPP door: events come from the stream (and the log), CUSTOMs go to the
-    collector, positions to pppp.sqlite."""
-    # Its shell is still the service's own: its row of the table of doors is here.
-    assert isinstance(wiring.settings, EventBusSettings)
-    return PpppDoor(
-        wiring.ctx,
-        wiring.settings,
-        wiring.clock,
-        log_path=wiring.log_path,
-        collector=wiring.collector,
-        stream=wiring.stream,
-        secure=wiring.secure,
-        hold=wiring.hold,
-    )
-
-
-PPPP: DoorSpec[PpppDoor] = DoorSpec(
-    name="pppp",
-    title="PPPP",
-    port_setting="pppp_port",
-    build=build_pppp,
-    metrics=PpppMetrics,
-    holds_retention=True,
-)
-#: Every door of the bus, in the order they start (and stop).
-ALL_DOORS: tuple[DoorSpec[Any], ...] = (*DOORS, PPPP)
 
 
 class PublishRequest(BaseModel):
@@ -116,7 +86,7 @@ class EventBusService(Service):
         self.rate = RateMeter()
         self.log_path = settings.data_dir / "events.db"
         self.archiver: Archiver | None = None
-        self.doors_on = [spec for spec in ALL_DOORS if spec.enabled(settings)]
+        self.doors_on = [spec for spec in DOORS if spec.enabled(settings)]
         self.running: dict[str, Door] = {}  # the doors started, by name
 
     async def start(self) -> None:
@@ -206,6 +176,7 @@ class EventBusService(Service):
                 secure=self.secure,
                 log_path=self.log_path,
                 hold=functools.partial(self.store.hold_retention, holder=spec.name),
+                open_reader=functools.partial(SqliteEventLogReader, self.log_path),
             )
         )
         thread = door

@@ -1,6 +1,6 @@
 """The event bus's PPPP door (seed 003, ADR 0006), sans-I/O.
 
-The door's shell (:mod:`zbus.eventbus.server.pppp_door`) feeds :meth:`PpppCore.receive`
+The door's shell (:mod:`zbus.eventbus.doors.pppp.door`) feeds :meth:`PpppCore.receive`
 every message its ROUTER reads, with its identity; :meth:`PpppCore.add_events` every
 event the bus committed, in global sequence order; calls :meth:`PpppCore.tick` when
 :meth:`PpppCore.next_deadline` is due and :meth:`PpppCore.pump` to hand out what the

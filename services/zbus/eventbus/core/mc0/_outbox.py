@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from zbus.eventbus.core.mc0 import Mc0Limits
+from zbus.eventbus.core.mc0._core import Mc0Limits
 
 FRAME_OVERHEAD = 64  # what ZeroMQ keeps per frame beyond its bytes (zmq_msg_t)
 

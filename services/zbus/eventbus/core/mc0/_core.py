@@ -33,7 +33,7 @@ Decisions (ADR 0005; docs/protocols/mc0.md "As served"):
   CONNECT ID (or its ROUTER identity in hex), the data the body or an envelope of body
   and ``X-`` headers (:mod:`zbus.common.protocols.mc0_envelope`).
 - **Fan-out**: an event reaches each session subscribed to its topic once
-  (:mod:`zbus.eventbus.core.mc0_topics`), as MESSAGE with TOPIC, the PUT's ``X-``
+  (:class:`~zbus.eventbus.core.mc0.TopicIndex`), as MESSAGE with TOPIC, the PUT's ``X-``
   headers and the body.
 """
 
@@ -67,7 +67,7 @@ from zbus.common.protocols.mc0 import (
 from zbus.common.protocols.mc0_envelope import unwrap, wrap
 from zbus.common.rejects import reject_reason
 from zbus.eventbus.core.link import Outgoing
-from zbus.eventbus.core.mc0_topics import TopicIndex
+from zbus.eventbus.core.mc0._topics import TopicIndex
 
 #: Verbs counted on the way in ("invalid": a message that does not decode).
 VERBS_IN = (

@@ -8,15 +8,15 @@ Sockets and files (ADR 0006):
   sans-I/O core: this thread feeds it what arrives and the time, and does what it hands
   back (:meth:`~zbus.eventbus.core.pppp.PpppCore.take`): sends, reads of the log, CUSTOMs
   to publish;
-- a SUB on the stream's inproc endpoint: every event the bus committed, from any door,
-  after the group commit. A gap in the stream's global sequence (or a bus restart) is
-  repaired by reading the log from where the door stands;
-- a DEALER on the collector's inproc endpoint: a CUSTOM is published as an event, as any
+- the door's :class:`~zbus.eventbus.doors.link.LogLink`: the stream, every event the bus
+  committed, from any door, after the group commit, and its heartbeats (the log's last
+  sequence). A gap in the stream's global sequence (or a bus restart) is repaired by
+  reading the log from where the door stands. A CUSTOM is published as an event, as any
   zbus publisher publishes (``ZB-PUB`` with a confirm);
-- a reader of the log, for the reads the core asks for: messages older than the cache,
-  SYNC pages and catching up;
+- a reader of the log (:attr:`~zbus.eventbus.doors.wiring.DoorWiring.open_reader`), for
+  the reads the core asks for: messages older than the cache, SYNC pages and catching up;
 - ``pppp.sqlite`` beside the log: checkpoints and ACK positions, in small group commits
-  (:class:`~zbus.eventbus.server.pppp_store.PpppPositions`);
+  (:class:`~zbus.eventbus.doors.pppp.positions.PpppPositions`);
 - a PULL on an inproc endpoint that wakes the thread for an admin call
   (:meth:`PpppDoor.submit`): the admin API and the metrics read the core's state through
   this thread, which owns it, never from their own.
@@ -43,7 +43,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import msgpack
@@ -51,14 +50,12 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from zbus.common.clock import Clock
-from zbus.common.event_ids import uuid4, wire_stamp
-from zbus.common.protocols import eventbus_ext as ext
-from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES
 from zbus.common.rejects import LogLimiter, log_refusals
+from zbus.common.sqlite import StoreError
 from zbus.common.threads import SocketThread
-from zbus.common.wire import send_frames
 from zbus.eventbus.core.flow import hwm_for
+from zbus.eventbus.core.link import Outgoing
 from zbus.eventbus.core.pppp import (
     Batch,
     CatchUpRead,
@@ -71,9 +68,10 @@ from zbus.eventbus.core.pppp import (
     identity_text,
     payload_frames,
 )
-from zbus.eventbus.server.config import EventBusSettings
-from zbus.eventbus.server.pppp_store import PpppPositions
-from zbus.eventbus.server.store import LoggedEvent, SqliteEventLogReader, StoreError
+from zbus.eventbus.core.spec import LogEntry
+from zbus.eventbus.doors.link import LogLink
+from zbus.eventbus.doors.pppp.positions import PpppPositions
+from zbus.eventbus.doors.wiring import DoorWiring, LogReads
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +81,7 @@ READS_PER_WAKE = 1000  # messages taken from one socket before the others get a 
 SYNC_PAGE_BYTES = 8 * 1024 * 1024  # a SYNC page read from the log holds this at most
 PERSIST_EVERY = 0.05  # seconds between group commits of positions
 MAX_CUSTOMS_IN_FLIGHT = 1000  # ZB-PUB batches of CUSTOMs sent and not answered
+CONFIRM_TIMEOUT = 30.0  # seconds the collector has to answer a batch of CUSTOMs
 CUSTOM_TOPIC = "/zbus/pppp/custom/"
 _SEND = zmq.backend.Socket.send  # the compiled send, as zbus.common.wire uses it
 _MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
@@ -95,7 +94,7 @@ _POLLIN = int(zmq.POLLIN)
 _SRCFD = int(zmq.SRCFD)
 
 
-def payload_of(event: LoggedEvent) -> Payload:
+def payload_of(event: LogEntry) -> Payload:
     """The PUBLISH payload frames of a logged event."""
     return payload_frames(
         event.seq, event.topic.encode("utf-8"), event.uuid, event.ts, event.producer, event.data
@@ -108,28 +107,24 @@ T = TypeVar("T")
 class PpppDoor(SocketThread):
     """Serves PPPP on one ROUTER over the bus's events."""
 
-    def __init__(
-        self,
-        ctx: zmq.Context[Any],
-        settings: EventBusSettings,
-        clock: Clock,
-        *,
-        log_path: Path,
-        collector: str,
-        stream: str,
-        secure: Callable[[zmq.Socket[Any]], None],
-        hold: Callable[[int | None], None],
-    ) -> None:
+    def __init__(self, wiring: DoorWiring) -> None:
         super().__init__("eventbus-pppp")
-        s = settings
-        self.ctx = ctx
-        self.settings = settings
-        self.clock = clock
-        self.log_path = log_path
-        self.collector_endpoint = collector
-        self.stream_endpoint = stream
-        self.secure = secure
-        self.hold = hold
+        s = self.settings = wiring.settings
+        self.wiring = wiring
+        self.ctx = wiring.ctx
+        self.clock: Clock = wiring.clock
+        self.log_path = wiring.log_path
+        self.secure = wiring.secure
+        self.hold = wiring.hold
+        # The door follows the stream's heartbeats too: a heartbeat past what came says
+        # the stream dropped events, and the log is read from where the door stands.
+        self.link: LogLink[Outgoing] = LogLink(
+            wiring,
+            name="pppp",
+            max_batches=MAX_CUSTOMS_IN_FLIGHT,
+            timeout=CONFIRM_TIMEOUT,
+            heartbeats=True,
+        )
         self.times = Times(s.pppp_first_idle, s.pppp_idle, s.pppp_misses, s.pppp_grace)
         self.limits = Limits(
             window=s.pppp_window,
@@ -149,7 +144,6 @@ class PpppDoor(SocketThread):
         self._closed: dict[int, int] = {}  # file descriptor -> times it was closed
         self.customs_published = 0
         self.customs_failed = 0
-        self._customs_in_flight = 0
         self._limiter = LogLimiter()
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self._next_tick = 0.0
@@ -205,7 +199,7 @@ class PpppDoor(SocketThread):
     def open(self) -> None:
         s = self.settings
         self.positions = PpppPositions(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
-        self.reader = SqliteEventLogReader(self.log_path)
+        self.reader: LogReads = self.wiring.open_reader()
         self.core = PpppCore(self.times, self.limits)
         channels = self.positions.channels()
         now = self.clock.monotonic()
@@ -214,11 +208,8 @@ class PpppDoor(SocketThread):
         self._persist(now)  # what load dropped, and the hold from the checkpoints
         largest_in = max(s.max_event_bytes + 64 * 1024, 16 * s.pppp_window + 8 * 1024)
         self.router = self.ctx.socket(zmq.ROUTER)
-        self.collector = self.ctx.socket(zmq.DEALER)
-        self.stream = self.ctx.socket(zmq.SUB)
-        self._sockets = [self.router, self.collector, self.stream]
-        for sock in self._sockets:
-            sock.linger = 0
+        self._sockets = [self.router]
+        self.router.linger = 0
         self.secure(self.router)
         # The core bounds the queue in bytes; in messages it holds a window and a margin.
         self.router.sndhwm = self.limits.queue_messages
@@ -233,11 +224,7 @@ class PpppDoor(SocketThread):
         self._sockets.append(self.monitor)
         self.router.bind(f"tcp://{s.host}:{s.pppp_port or 0}")
         self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.collector.sndhwm = MAX_CUSTOMS_IN_FLIGHT
-        self.collector.connect(self.collector_endpoint)
-        self.stream.rcvhwm = 1
-        self.stream.setsockopt(zmq.SUBSCRIBE, b"")
-        self.stream.connect(self.stream_endpoint)
+        self._sockets += self.link.open()
         self.wake = self.ctx.socket(zmq.PULL)
         self.wake.linger = 0
         self._sockets.append(self.wake)
@@ -255,6 +242,7 @@ class PpppDoor(SocketThread):
             self._read_monitor()
             self.router.close(linger=0)
             self._read_monitor()
+        self.link.close()
         for sock in getattr(self, "_sockets", []):
             sock.close(linger=0)
         for name in ("reader", "positions"):
@@ -267,7 +255,7 @@ class PpppDoor(SocketThread):
         poller = zmq.Poller()
         for sock in self._sockets:
             poller.register(sock, zmq.POLLIN)
-        clock, core, router = self.clock, self.core, self.router
+        clock, core, router, stream = self.clock, self.core, self.router, self.link.stream
         watching_out = False
         while not self.halted:
             # Every ready subscriber's queue is full: wake when the ROUTER can take a
@@ -282,7 +270,7 @@ class PpppDoor(SocketThread):
                 if sock is router:
                     if events & zmq.POLLIN:
                         self._read_subscribers()
-                elif sock is self.stream:
+                elif sock is stream:
                     self._read_stream()
                 elif sock is self.monitor:
                     self._read_monitor()
@@ -306,10 +294,13 @@ class PpppDoor(SocketThread):
                 self._read(read)
             self._waiting_out = self.sends != sent or not watching_out
             if customs:
-                self._publish_customs(customs)
+                self._publish_customs(customs, now)
+            expired = self.link.expired(now)
+            if expired:
+                self.customs_failed += len(expired)
             if now >= self._next_persist:
                 self._persist(now)
-            self._log_refusals()
+            self._log_refusals(now)
         self._persist(clock.monotonic())
 
     def _timeout_ms(self, now: float, waiting_out: bool = False) -> int:
@@ -381,21 +372,14 @@ class PpppDoor(SocketThread):
 
     # ------------------------------------------------------------------ events
     def _read_stream(self) -> None:
+        # The core finds the gaps itself, from the global sequences: ``missed`` is the
+        # link's count of the same.
         core = self.core
-        for _ in range(READS_PER_WAKE):
-            try:
-                frames = self.stream.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                got = ext.decode_stream_fast(frames)
-            except ProtocolError as exc:
-                log.error("pppp door: unreadable stream batch", extra={"error": str(exc)})
-                continue
-            if isinstance(got, int):  # a heartbeat: the log's last sequence
-                core.log_at(got)
-            else:
-                core.add_events(*got)  # past a gap, or while catching up: left to the log
+        for first, rows, _ in self.link.batches(READS_PER_WAKE, _always):
+            if rows:
+                core.add_events(first, rows)  # past a gap, or while catching up: the log's
+            else:  # a heartbeat: the log's last sequence is the one before
+                core.log_at(first - 1)
 
     # ------------------------------------------------------------------ reads
     def _read(self, read: Read) -> None:
@@ -437,46 +421,22 @@ class PpppDoor(SocketThread):
         log.error("pppp door: log read failed", extra={"error": str(exc)})
 
     # ------------------------------------------------------------------ customs
-    def _publish_customs(self, customs: list[tuple[bytes, tuple[bytes, ...]]]) -> None:
-        stamp = wire_stamp(self.clock.time())
-        rows: list[list[Any]] = []
+    def _publish_customs(self, customs: list[tuple[bytes, tuple[bytes, ...]]], now: float) -> None:
+        pack, items = self._pack, []
         for identity, payload in customs:
-            if self._customs_in_flight + len(rows) >= MAX_CUSTOMS_IN_FLIGHT:
-                self.customs_failed += 1
-                continue
             name = identity_text(identity)
             producer = ("pppp:" + name).encode()[:MAX_PRODUCER_BYTES].decode("utf-8", "ignore")
-            data = self._pack(list(payload))
-            rows.append([CUSTOM_TOPIC + name, producer, stamp, uuid4(), data])
-        if not rows:
-            return
-        for start in range(0, len(rows), self.settings.max_batch_events):
-            chunk = rows[start : start + self.settings.max_batch_events]
-            try:
-                frames = [ext.PUB_BATCH, b"\x01", self._pack(chunk)]
-                send_frames(self.collector, frames, block=False)
-            except zmq.Again:
-                self.customs_failed += len(chunk)
-                continue
-            self._customs_in_flight += 1
+            items.append(Outgoing(CUSTOM_TOPIC + name, producer, pack(list(payload))))
+        for chunk, _ in self.link.publish(items, now):
+            self.customs_failed += len(chunk)  # too many in flight, or the collector is full
 
     def _read_confirms(self) -> None:
-        while True:
-            try:
-                frames = self.collector.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            self._customs_in_flight = max(0, self._customs_in_flight - 1)
-            try:
-                reply = ext.decode_collector_reply(frames)
-            except ProtocolError as exc:
-                log.error("pppp door: unreadable collector reply", extra={"error": str(exc)})
-                continue
-            if isinstance(reply, ext.Confirm):
-                self.customs_published += len(reply.sequences)
+        for items, refusal in self.link.answers():
+            if refusal is None:
+                self.customs_published += len(items)
             else:
-                self.customs_failed += 1
-                log.warning("pppp door: a CUSTOM was not stored", extra={"error": reply.reason})
+                self.customs_failed += len(items)
+                log.warning("pppp door: a CUSTOM was not stored", extra={"error": refusal})
 
     # ------------------------------------------------------------------ storing
     def _persist(self, now: float) -> None:
@@ -496,8 +456,12 @@ class PpppDoor(SocketThread):
         if changes.hold_moves and not changes.hold_first:
             self.hold(changes.hold)
 
-    def _log_refusals(self) -> None:
-        log_refusals(self.core.refusals, self._limiter, log, "pppp message dropped")
+    def _log_refusals(self, now: float) -> None:
+        log_refusals(self.core.refusals, self._limiter, log, "pppp message dropped", now)
+
+
+def _always() -> bool:
+    return True
 
 
 __all__ = ["PpppDoor", "payload_of"]

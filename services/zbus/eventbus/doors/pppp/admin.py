@@ -2,7 +2,7 @@
 the door's line in ``GET /api/v1/bus``.
 
 The door's core belongs to the door's thread. Every view is computed there, through
-:meth:`~zbus.eventbus.server.pppp_door.PpppDoor.submit`, and handed back as plain values:
+:meth:`~zbus.eventbus.doors.pppp.door.PpppDoor.submit`, and handed back as plain values:
 the admin API awaits it for at most :data:`ADMIN_TIMEOUT` and answers 503 when the door
 does not answer; a Prometheus scrape (synchronous, on the admin's event loop) waits at
 most :data:`METRICS_TIMEOUT` and then leaves the door's families out.
@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from zbus.eventbus.core.pppp import identity_text
-from zbus.eventbus.server.pppp_door import PpppDoor
+from zbus.eventbus.doors.pppp.door import PpppDoor
 
 log = logging.getLogger(__name__)
 

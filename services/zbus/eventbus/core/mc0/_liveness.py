@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zbus.eventbus.core.mc0 import DROP_AFTER, NOOP_AFTER
+from zbus.eventbus.core.mc0._core import DROP_AFTER, NOOP_AFTER
 
 
 @dataclass
