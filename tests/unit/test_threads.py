@@ -3,12 +3,15 @@ is reported with its cause to the hooks; a requested stop is not; close always r
 
 from __future__ import annotations
 
+import zmq
+
+from zbus.common.clock import SYSTEM_CLOCK
 from zbus.common.threads import EssentialThread, SocketThread
 
 
 class _Probe(SocketThread):
     def __init__(self, fail_open: bool = False, fail_loop: bool = False) -> None:
-        super().__init__("probe")
+        super().__init__("probe", zmq.Context.instance(), SYSTEM_CLOCK)
         self.fail_open, self.fail_loop = fail_open, fail_loop
         self.closed = 0
         self.looped = False

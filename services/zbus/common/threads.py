@@ -13,6 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from zbus.common.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +98,15 @@ class SocketThread(EssentialThread):
     :meth:`loop` (run until :attr:`halted`), and :meth:`close` (release whatever
     :meth:`open` got, even when it failed half-way). A loop that fails, or that returns
     while not halted, is a death (see :class:`EssentialThread`).
+
+    Its sockets come from ``ctx``, and it reads the time only from ``clock`` (monotonic
+    for its deadlines, wall time for what it stamps), so that a test can drive it.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, ctx: zmq.Context[Any], clock: Clock) -> None:
         super().__init__(name)
+        self.ctx = ctx
+        self.clock = clock
         self.ready = threading.Event()
         self.failed: BaseException | None = None
 

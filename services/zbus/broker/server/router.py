@@ -54,12 +54,10 @@ class Router(SocketThread):
         clock: Clock,
         secure: Callable[[zmq.Socket[Any]], None],
     ) -> None:
-        super().__init__("broker-router")
-        self.ctx = ctx
+        super().__init__("broker-router", ctx, clock)
         self.settings = settings
         self.store = store
         self.metrics = metrics
-        self.clock = clock
         self.secure = secure
         self.dialect = emqp.Dialect(eventmq_commands=True, json_queues=settings.compat == "eventmq")
         self.endpoints: dict[str, str] = {}

@@ -29,7 +29,6 @@ import zmq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from zbus.common.clock import Clock
 from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.threads import SocketThread
 from zbus.common.wire import recv_frames, send_frames
@@ -67,10 +66,9 @@ class Mc0Door(SocketThread):
     """Serves mc0 on one ROUTER, publishing into the bus and fanning its events out."""
 
     def __init__(self, wiring: DoorWiring) -> None:
-        super().__init__("eventbus-mc0")
+        super().__init__("eventbus-mc0", wiring.ctx, wiring.clock)
         self.wiring = wiring
         self.settings: DoorSettings = wiring.settings
-        self.clock: Clock = wiring.clock
         self.limits = self.settings.mc0_limits()
         self.core = Mc0Core(self.limits)
         self.link: LogLink[Publish] = LogLink(

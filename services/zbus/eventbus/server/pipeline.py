@@ -56,12 +56,10 @@ class Pipeline(SocketThread):
         clock: Clock,
         inproc: str,
     ) -> None:
-        super().__init__("eventbus-pipeline")
-        self.ctx = ctx
+        super().__init__("eventbus-pipeline", ctx, clock)
         self.settings = settings
         self.store = store
         self.metrics = metrics
-        self.clock = clock
         self.inproc = inproc
         self.stream_inproc = f"{inproc}-stream"
         self.dialect = eb.NODE_REFERENCE if settings.compat == "node" else eb.SPEC

@@ -52,13 +52,11 @@ class SnapshotServer(SocketThread):
         clock: Clock,
         open_transfer_reader: Callable[[], EventLogReader] | None = None,
     ) -> None:
-        super().__init__("eventbus-snapshots")
-        self.ctx = ctx
+        super().__init__("eventbus-snapshots", ctx, clock)
         self.settings = settings
         self.open_reader = open_reader
         self.metrics = metrics
         self.secure = secure
-        self.clock = clock
         self.endpoint = ""
         self.peers = 0
         self._limiter = LogLimiter()

@@ -49,7 +49,6 @@ import msgpack
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from zbus.common.clock import Clock
 from zbus.common.protocols.eventbus_limits import MAX_PRODUCER_BYTES
 from zbus.common.rejects import LogLimiter, log_refusals
 from zbus.common.sqlite import StoreError
@@ -108,11 +107,9 @@ class PpppDoor(SocketThread):
     """Serves PPPP on one ROUTER over the bus's events."""
 
     def __init__(self, wiring: DoorWiring) -> None:
-        super().__init__("eventbus-pppp")
+        super().__init__("eventbus-pppp", wiring.ctx, wiring.clock)
         s = self.settings = wiring.settings
         self.wiring = wiring
-        self.ctx = wiring.ctx
-        self.clock: Clock = wiring.clock
         self.log_path = wiring.log_path
         self.secure = wiring.secure
         self.hold = wiring.hold
