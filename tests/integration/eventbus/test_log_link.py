@@ -14,8 +14,9 @@ import zmq
 from zbus.common.clock import ManualClock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.core.link import Outgoing
+from zbus.eventbus.core.log import EventLogReader
 from zbus.eventbus.doors.link import COLLECTOR_FULL, IN_FLIGHT, LogLink
-from zbus.eventbus.doors.wiring import DoorWiring, LogReads
+from zbus.eventbus.doors.wiring import DoorWiring
 from zbus.eventbus.server.config import EventBusSettings
 
 COLLECTOR = "inproc://link-collector"
@@ -59,7 +60,7 @@ def pipeline(ctx: zmq.Context[Any]) -> Iterator[Pipeline]:
     p.close()
 
 
-def no_reader() -> LogReads:
+def no_reader() -> EventLogReader:
     raise AssertionError("the link reads no log")
 
 

@@ -260,14 +260,8 @@ def _check_rows(value: Any, command: str, frame: int) -> list[list[Any]]:
     return value
 
 
-def decode_collector_rows(
-    frames: Sequence[bytes], *, max_data: int = DEFAULT_MAX_DATA_BYTES
-) -> tuple[bool, list[list[Any]]]:
-    """ZB-PUB as ``(confirm, rows)``, each row ``[topic, producer, timestamp, uuid, data]``.
-
-    The same checks as :func:`decode_collector`, for the bus's hot path, which stores
-    rows and has no use for an object per event.
-    """
+def _pub_envelope(frames: Sequence[bytes]) -> bool:
+    """A ZB-PUB's three frames checked (once per batch); whether it asks for a confirm."""
     if not frames or frames[0] != PUB_BATCH:
         raise UnknownCommandError(
             PROTOCOL, "ZB-PUB", frame=0, got=frames[0] if frames else "no frames"
@@ -276,9 +270,21 @@ def decode_collector_rows(
         raise FrameCountError(PROTOCOL, "3 frames", command="ZB-PUB", got=f"{len(frames)} frames")
     if frames[1] not in (b"\x00", b"\x01"):
         raise _bad("ZB-PUB", 1, "flags as one byte 0x00 or 0x01", frames[1])
+    return frames[1] == b"\x01"
+
+
+def decode_collector_rows(
+    frames: Sequence[bytes], *, max_data: int = DEFAULT_MAX_DATA_BYTES
+) -> tuple[bool, list[list[Any]]]:
+    """ZB-PUB as ``(confirm, rows)``, each row ``[topic, producer, timestamp, uuid, data]``.
+
+    The same checks as :func:`decode_collector`, for the bus's hot path, which stores
+    rows and has no use for an object per event.
+    """
+    confirm = _pub_envelope(frames)
     rows = _check_rows(_unpack(frames, 2, "ZB-PUB", "events"), "ZB-PUB", 2)
     _check_ranges(rows, "ZB-PUB", 2, max_data)
-    return frames[1] == b"\x01", rows
+    return confirm, rows
 
 
 def _events(value: Any, command: str, frame: int) -> tuple[EventData, ...]:
@@ -302,17 +308,10 @@ def decode_collector(
         EventFieldError: an event field malformed or outside its range (``field`` names it).
         ProtocolError: anything else that is not a ZB-PUB.
     """
-    if not frames or frames[0] != PUB_BATCH:
-        raise UnknownCommandError(
-            PROTOCOL, "ZB-PUB", frame=0, got=frames[0] if frames else "no frames"
-        )
-    if len(frames) != 3:
-        raise FrameCountError(PROTOCOL, "3 frames", command="ZB-PUB", got=f"{len(frames)} frames")
-    if frames[1] not in (b"\x00", b"\x01"):
-        raise _bad("ZB-PUB", 1, "flags as one byte 0x00 or 0x01", frames[1])
+    confirm = _pub_envelope(frames)
     events = _events(_unpack(frames, 2, "ZB-PUB", "events"), "ZB-PUB", 2)
     _check_ranges([_event_row(e) for e in events], "ZB-PUB", 2, max_data)
-    return PubBatch(events, confirm=frames[1] == b"\x01")
+    return PubBatch(events, confirm=confirm)
 
 
 def decode_collector_reply(frames: Sequence[bytes]) -> Confirm | Error:

@@ -43,10 +43,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from zbus.common.protocols import eventbus as eb
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, Phase, check_subtrees
+from zbus.eventbus.core.sync import NOTHING, Actions, Event, Phase, SubscriptionState
 
 
-class PlainSubscriptionCore:
+class PlainSubscriptionCore(SubscriptionState):
     """One plain subscription's state; see the module docstring for the rules."""
 
     def __init__(
@@ -57,25 +57,10 @@ class PlainSubscriptionCore:
         misses: int = 3,
         max_buffer: int = 100_000,
     ) -> None:
-        self.subtrees = check_subtrees(subtrees)
+        super().__init__(subtrees, since, heartbeat_interval, misses, max_buffer)
         if any(";" in s or "," in s for s in self.subtrees):
             raise ValueError("a subtree may not hold ';' or ',': they separate subtree lists")
-        if not 0 <= since < 1 << 64:
-            raise ValueError("since must be in 0..2**64-1")
-        if heartbeat_interval <= 0 or misses < 1:
-            raise ValueError("heartbeat_interval must be positive and misses at least 1")
-        self.since = since
-        self.interval = heartbeat_interval
-        self.timeout = heartbeat_interval * misses
-        self.max_buffer = max_buffer
-        self.phase = Phase.IDLE
-        self.last: int | None = None  # highest sequence covered; None before a SYNCEND
-        self.delivered = 0
-        self.duplicates = 0
-        self.repaired = 0  # events a catch-up or a resume after failover delivered
-        self.failovers = 0
-        self.resets = 0
-        self._floor = since  # the sequence of the outstanding SYNCSTART
+        # last stays None until a SYNCEND; _floor is the outstanding SYNCSTART's sequence.
         self._asked_at: float | None = None
         self._repairing = False
         self._held: list[Event] = []  # BROADCASTs held back until the connection is covered
@@ -195,14 +180,6 @@ class PlainSubscriptionCore:
         if self._probe_at is not None and now >= self._probe_at:
             return self._catch_up(now)
         return NOTHING
-
-    def fail(self) -> Actions:
-        """Give up on the connection now."""
-        if self.phase in (Phase.IDLE, Phase.DISCONNECTED):
-            return NOTHING
-        self.phase = Phase.DISCONNECTED
-        self.failovers += 1
-        return Actions(failover=True)
 
     def reconnect(self, now: float) -> Actions:
         """New sockets after a failover: resume with every event after ``last``."""

@@ -134,7 +134,50 @@ class SubscriptionLogic(Protocol):
     def deadline(self) -> float | None: ...
 
 
-class SubscriptionCore:
+class SubscriptionState:
+    """What both subscription cores hold and check alike: the subtrees, the sequence to
+    start after, the silence that fails a connection, the counters, and the one place a
+    failover is decided and counted (the shell then opens sockets to
+    ``next_endpoints()``)."""
+
+    def __init__(
+        self,
+        subtrees: Iterable[str],
+        since: int,
+        heartbeat_interval: float,
+        misses: int,
+        max_buffer: int,
+    ) -> None:
+        # An empty prefix matches every topic, as it does on the server.
+        self.subtrees: tuple[str, ...] = check_subtrees(subtrees)
+        if not 0 <= since < 1 << 64:
+            raise ValueError("since must be in 0..2**64-1")
+        if heartbeat_interval <= 0 or misses < 1:
+            raise ValueError("heartbeat_interval must be positive and misses at least 1")
+        self.since = since
+        self.interval = heartbeat_interval
+        self.timeout = heartbeat_interval * misses
+        self.max_buffer = max_buffer
+        self.phase = Phase.IDLE
+        self.last: int | None = None  # highest sequence covered; None until a read point
+        # Counters, for the user and for metrics.
+        self.delivered = 0
+        self.duplicates = 0  # events at or below last, dropped
+        self.repaired = 0  # events delivered from the log after a gap or a failover
+        self.failovers = 0
+        self.resets = 0
+        self._floor = since  # events at or below it are not wanted
+
+    def fail(self) -> Actions:
+        """Give up on the connection now (a silent bus, or a refused query)."""
+        if self.phase in (Phase.IDLE, Phase.DISCONNECTED):
+            return NOTHING
+        self.phase = Phase.DISCONNECTED
+        self.failovers += 1
+        return Actions(failover=True)
+
+
+class SubscriptionCore(SubscriptionState):
     """One subscription's state; see the module docstring for the rules."""
 
     def __init__(
@@ -146,28 +189,10 @@ class SubscriptionCore:
         page_limit: int = 1000,
         max_buffer: int = 100_000,
     ) -> None:
-        subtrees = check_subtrees(subtrees)
-        if not 0 <= since < 1 << 64:
-            raise ValueError("since must be in 0..2**64-1")
-        if heartbeat_interval <= 0 or misses < 1:
-            raise ValueError("heartbeat_interval must be positive and misses at least 1")
         if not 1 <= page_limit <= ext.MAX_LIMIT:
             raise ValueError(f"page_limit must be in 1..{ext.MAX_LIMIT}")
-        # An empty prefix matches every topic, as it does on the server.
-        self.subtrees: tuple[str, ...] = subtrees
-        self.since = since
-        self.timeout = heartbeat_interval * misses
+        super().__init__(subtrees, since, heartbeat_interval, misses, max_buffer)
         self.page_limit = page_limit
-        self.max_buffer = max_buffer
-        self.phase = Phase.IDLE
-        self.last: int | None = None  # highest sequence covered; None until a read point
-        # Counters, for the user and for metrics.
-        self.delivered = 0
-        self.duplicates = 0  # stream events at or below last, dropped
-        self.repaired = 0  # events delivered from the log after a gap or a failover
-        self.failovers = 0
-        self.resets = 0
-        self._floor = since  # snapshot events at or below it are not wanted
         self._seen: dict[str, int] = {}  # topic -> seq delivered by the snapshot
         self._seen_until = 0  # once last reaches it, _seen can filter nothing more
         self._buffer: list[tuple[int, list[list[Any]]]] = []
@@ -246,18 +271,8 @@ class SubscriptionCore:
             return NOTHING
         deadline = self.deadline()
         if deadline is not None and now >= deadline:
-            self.phase = Phase.DISCONNECTED
-            self.failovers += 1
-            return Actions(failover=True)
+            return self.fail()
         return NOTHING
-
-    def fail(self) -> Actions:
-        """Give up on the connection now (the server refused a query, say)."""
-        if self.phase in (Phase.IDLE, Phase.DISCONNECTED):
-            return NOTHING
-        self.phase = Phase.DISCONNECTED
-        self.failovers += 1
-        return Actions(failover=True)
 
     def reconnect(self, now: float) -> Actions:
         """The client has new sockets after a failover; resume from ``last``."""

@@ -3,14 +3,14 @@
 The doors sit below the service (``zbus.eventbus.server``) and never import it: the
 settings come in as :class:`DoorSettings`, the few settings a door reads (the service's
 ``EventBusSettings`` has them all), and the store as plain callables: the log's reader
-as a factory of :class:`LogReads`, the reads a door makes (the service's
-``SqliteEventLogReader`` makes them).
+as a factory of :class:`~zbus.eventbus.core.log.EventLogReader` (the service's
+``SqliteEventLogReader``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -19,10 +19,10 @@ import zmq
 from prometheus_client.registry import CollectorRegistry
 
 from zbus.common.clock import Clock
+from zbus.eventbus.core.log import EventLogReader
 from zbus.eventbus.core.mc0 import Mc0Limits
-from zbus.eventbus.core.spec import LogEntry
 
-__all__ = ["Door", "DoorSettings", "DoorSpec", "DoorWiring", "LogPage", "LogReads"]
+__all__ = ["Door", "DoorSettings", "DoorSpec", "DoorWiring"]
 
 
 class DoorSettings(Protocol):
@@ -47,53 +47,6 @@ class DoorSettings(Protocol):
     pppp_grace: float
 
     def mc0_limits(self) -> Mc0Limits: ...
-
-
-class LogPage(Protocol):
-    """A page of the log: its events, the cursor of the next page (None: the last), and
-    the log's last sequence where the page was read."""
-
-    @property
-    def events(self) -> Sequence[LogEntry]: ...
-    @property
-    def next(self) -> str | None: ...
-    @property
-    def sequence(self) -> int: ...
-
-
-class LogReads(Protocol):
-    """The reads of the log a door makes, on its own thread, with its own connection.
-
-    Raises ``zbus.common.sqlite.StoreError`` when a read fails.
-    """
-
-    def snapshot_page(
-        self,
-        subtrees: tuple[str, ...],
-        since: int,
-        after: str | None,
-        limit: int,
-        max_bytes: int | None = None,
-    ) -> LogPage:
-        """The latest event of each topic under ``subtrees`` above ``since``, in topic
-        order after ``after``."""
-        ...
-
-    def log_page(
-        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
-    ) -> LogPage:
-        """The events under ``subtrees`` after ``after_seq``, in log order."""
-        ...
-
-    def replay(
-        self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
-    ) -> Sequence[LogEntry]:
-        """Up to ``limit`` events under ``subtrees`` after ``after_seq``, in log order."""
-        ...
-
-    def close(self) -> None:
-        """Close the connection."""
-        ...
 
 
 class Door(Protocol):
@@ -138,7 +91,7 @@ class DoorWiring:
     secure: Callable[[zmq.Socket[Any]], None]
     log_path: Path
     hold: Callable[[int | None], None]
-    open_reader: Callable[[], LogReads]
+    open_reader: Callable[[], EventLogReader]
 
 
 D = TypeVar("D", bound=Door)

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from zbus.common.archive_schema import ARCHIVE_SCHEMA
-from zbus.eventbus.server.records import LoggedEvent
+from zbus.eventbus.core.log import LoggedEvent
 
 _TS = ARCHIVE_SCHEMA.field("ts").type
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

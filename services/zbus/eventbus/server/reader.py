@@ -4,7 +4,7 @@ Apart from the writer (:mod:`zbus.eventbus.server.store`) because a reader is a
 connection of its own that never writes, used from other threads (snapshots, the admin
 API) and from the archive's child process, which needs no writer code. What only reads
 use lives here with it: topic prefixes turned into index ranges, rows decoded into
-:class:`~zbus.eventbus.server.records.LoggedEvent`. The schema is the writer's (see its module
+:class:`~zbus.eventbus.core.log.LoggedEvent`. The schema is the writer's (see its module
 docstring).
 """
 
@@ -19,7 +19,7 @@ from typing import cast
 
 from zbus.common.sqlite import StoreError, connect
 from zbus.eventbus.core.flow import row_bytes
-from zbus.eventbus.server.records import LoggedEvent, LogStats, Page, TopicStat, logged_event
+from zbus.eventbus.core.log import LoggedEvent, LogStats, Page, TopicStat, logged_event
 
 # How errors name the file; the writer says the same.
 LOG_WHAT = "event log"

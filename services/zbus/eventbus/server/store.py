@@ -26,7 +26,7 @@ also survive a power cut. Everything here is plain blocking code for threads, ne
 an asyncio loop.
 
 The log is in three modules by role: the record types and the interfaces of writer and
-readers are in :mod:`zbus.eventbus.server.records`, the read side in
+readers are in :mod:`zbus.eventbus.core.log`, the read side in
 :mod:`zbus.eventbus.server.reader`, and the writer is this module, which also re-exports
 their names.
 """
@@ -48,8 +48,7 @@ from zbus.common.sqlite import (
     open_schema,
     transaction,
 )
-from zbus.eventbus.server.reader import LOG_WHAT, MAX_STORED_SEQ, SqliteEventLogReader, max_sequence
-from zbus.eventbus.server.records import (
+from zbus.eventbus.core.log import (
     AppendResult,
     EventLog,
     EventLogReader,
@@ -60,6 +59,7 @@ from zbus.eventbus.server.records import (
     TopicStat,
     logged_event,
 )
+from zbus.eventbus.server.reader import LOG_WHAT, MAX_STORED_SEQ, SqliteEventLogReader, max_sequence
 
 # The writer's names and those of the records and the reader: this module stays the one
 # import for the whole log.

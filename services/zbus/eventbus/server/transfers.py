@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from zbus.eventbus.core.log import EventLogReader, LoggedEvent
 from zbus.eventbus.core.spec import OpenTransfer, ReadTransfer
-from zbus.eventbus.server.records import EventLogReader, LoggedEvent
 
 
 class TransferReads:

@@ -11,7 +11,6 @@ back as an input. The shells are :mod:`zbus.eventbus.server.snapshots` and
 from zbus.eventbus.core.spec._actions import (
     Action,
     CloseTransfer,
-    LogEntry,
     OpenTransfer,
     ReadLatest,
     ReadLog,
@@ -52,7 +51,6 @@ __all__ = [
     "CloseTransfer",
     "Confirm",
     "HeartbeatSchedule",
-    "LogEntry",
     "OpenTransfer",
     "ReadLatest",
     "ReadLog",

@@ -2,37 +2,15 @@
 
 Every action is a value: the shell performs it (a send, a read of the log, a reader
 closed) and hands the result to the core as an input. The log's events come back as
-:class:`LogEntry` values, which the server's logged event satisfies; the core reads their
-fields and never the log.
+:class:`~zbus.eventbus.core.log.LoggedEvent` values; the core reads their fields and
+never the log.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
-
-
-class LogEntry(Protocol):
-    """An event read back from the log, as the core sees it."""
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def producer(self) -> str: ...
-
-    @property
-    def ts(self) -> str: ...
-
-    @property
-    def uuid(self) -> str: ...
-
-    @property
-    def data(self) -> bytes: ...
+from typing import TypeAlias
 
 
 class Sent(enum.Enum):

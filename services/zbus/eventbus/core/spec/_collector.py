@@ -20,7 +20,8 @@ from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.eventbus_limits import EventFieldError
 from zbus.common.rejects import reject_reason
-from zbus.eventbus.core.spec._actions import LogEntry, Refusal
+from zbus.eventbus.core.log import LoggedEvent
+from zbus.eventbus.core.spec._actions import Refusal
 
 E = TypeVar("E")
 
@@ -79,7 +80,10 @@ class SpecCollector(Generic[E]):
             return 0
 
     def confirmations(
-        self, stored: Sequence[LogEntry], duplicates: list[tuple[str, int]], confirms: list[Confirm]
+        self,
+        stored: Sequence[LoggedEvent],
+        duplicates: list[tuple[str, int]],
+        confirms: list[Confirm],
     ) -> list[tuple[bytes, list[bytes]]]:
         """The CONFIRM for each publisher that asked: ``[uuid, sequence]`` of each of its
         events in the log, stored now or before (``duplicates``: uuid, its sequence)."""

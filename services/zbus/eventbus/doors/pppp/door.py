@@ -55,6 +55,7 @@ from zbus.common.sqlite import StoreError
 from zbus.common.threads import SocketThread
 from zbus.eventbus.core.flow import hwm_for
 from zbus.eventbus.core.link import Outgoing
+from zbus.eventbus.core.log import EventLogReader, LoggedEvent
 from zbus.eventbus.core.pppp import (
     Batch,
     CatchUpRead,
@@ -67,10 +68,9 @@ from zbus.eventbus.core.pppp import (
     identity_text,
     payload_frames,
 )
-from zbus.eventbus.core.spec import LogEntry
 from zbus.eventbus.doors.link import LogLink
 from zbus.eventbus.doors.pppp.positions import PpppPositions
-from zbus.eventbus.doors.wiring import DoorWiring, LogReads
+from zbus.eventbus.doors.wiring import DoorWiring
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ _POLLIN = int(zmq.POLLIN)
 _SRCFD = int(zmq.SRCFD)
 
 
-def payload_of(event: LogEntry) -> Payload:
+def payload_of(event: LoggedEvent) -> Payload:
     """The PUBLISH payload frames of a logged event."""
     return payload_frames(
         event.seq, event.topic.encode("utf-8"), event.uuid, event.ts, event.producer, event.data
@@ -196,7 +196,7 @@ class PpppDoor(SocketThread):
     def open(self) -> None:
         s = self.settings
         self.positions = PpppPositions(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
-        self.reader: LogReads = self.wiring.open_reader()
+        self.reader: EventLogReader = self.wiring.open_reader()
         self.core = PpppCore(self.times, self.limits)
         channels = self.positions.channels()
         now = self.clock.monotonic()
