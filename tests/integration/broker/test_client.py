@@ -8,14 +8,16 @@ and the asyncio client are tested as they talk to the broker of ADR 0003.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, cast
 
 import pytest
 import zmq
+import zmq.asyncio
 
 from tests.support.waiting import UNIT, wait_until
 from zbus.broker.client import (
@@ -114,21 +116,66 @@ class ClientPort:
         self._ctx.term()
 
 
-@contextmanager
-def client_for(port: ClientPort, ack_timeout: float = 5.0) -> Iterator[BrokerClient]:
-    ctx = zmq.Context()
-    try:
-        with BrokerClient(port.endpoint, ack_timeout=ack_timeout * UNIT, context=ctx) as client:
-            yield client
-    finally:
-        ctx.term()
+class Driven:
+    """An :class:`AsyncBrokerClient` called like a :class:`BrokerClient`: each coroutine
+    method runs to its end on the client's own event loop, so that one test exercises
+    both clients."""
+
+    def __init__(self, client: AsyncBrokerClient, runner: asyncio.Runner) -> None:
+        self._client = client
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if inspect.iscoroutinefunction(attr):
+            return lambda *args, **kwargs: self._runner.run(attr(*args, **kwargs))
+        return attr
 
 
-# --------------------------------------------------------------------------- blocking
+Connect = Callable[..., AbstractContextManager[BrokerClient]]
 
 
-def test_submit_is_acknowledged_then_the_result_arrives() -> None:
-    with ClientPort(sums) as port, client_for(port) as client:
+@pytest.fixture(params=["blocking", "asyncio"])
+def connect(request: pytest.FixtureRequest) -> Connect:
+    """Opens a client of either kind: ``connect(endpoint, ack_timeout=..., **options)``."""
+
+    @contextmanager
+    def blocking(endpoint: str, ack_timeout: float = 5.0, **options: Any) -> Iterator[BrokerClient]:
+        ctx = zmq.Context()
+        try:
+            with BrokerClient(
+                endpoint, ack_timeout=ack_timeout * UNIT, context=ctx, **options
+            ) as client:
+                yield client
+        finally:
+            ctx.term()
+
+    @contextmanager
+    def driven(endpoint: str, ack_timeout: float = 5.0, **options: Any) -> Iterator[BrokerClient]:
+        ctx = zmq.asyncio.Context()
+        runner = asyncio.Runner()
+        client = AsyncBrokerClient(endpoint, ack_timeout=ack_timeout * UNIT, context=ctx, **options)
+        try:
+            yield cast(BrokerClient, Driven(client, runner))
+        finally:
+            runner.run(client.aclose())
+            runner.close()
+            ctx.term()
+
+    return blocking if request.param == "blocking" else driven
+
+
+def client_for(
+    connect: Connect, port: ClientPort, ack_timeout: float = 5.0
+) -> AbstractContextManager[BrokerClient]:
+    return connect(port.endpoint, ack_timeout)
+
+
+# ------------------------------------------------------- both clients, called alike
+
+
+def test_submit_is_acknowledged_then_the_result_arrives(connect: Connect) -> None:
+    with ClientPort(sums) as port, client_for(connect, port) as client:
         job_id = client.submit("default", "add", args=[2, 3])
         assert client.pending_acks == 0
         assert client.result(job_id, timeout=5 * UNIT) == 5
@@ -156,11 +203,11 @@ def test_submit_is_acknowledged_then_the_result_arrives() -> None:
     assert (call.callable, call.path, call.kwargs) == ("add", "app.jobs", {"x": 1})
 
 
-def test_an_error_body_raises_job_failed() -> None:
+def test_an_error_body_raises_job_failed(connect: Connect) -> None:
     def dies(port: ClientPort, request: emqp.Request) -> list[list[bytes]]:
         return [ack(request), failure(request.msgid, "dead", "TimeoutError", "ran over 1s")]
 
-    with ClientPort(dies) as port, client_for(port) as client:
+    with ClientPort(dies) as port, client_for(connect, port) as client:
         job_id = client.submit("default", "slow")
         with pytest.raises(JobFailed) as caught:
             client.result(job_id, timeout=5 * UNIT)
@@ -171,21 +218,21 @@ def test_an_error_body_raises_job_failed() -> None:
             client.result(job_id, timeout=0.05 * UNIT)
 
 
-def test_no_result_in_time_raises_timeout_error() -> None:
-    with ClientPort(acks_only) as port, client_for(port) as client:
+def test_no_result_in_time_raises_timeout_error(connect: Connect) -> None:
+    with ClientPort(acks_only) as port, client_for(connect, port) as client:
         job_id = client.submit("default", "never")
         with pytest.raises(TimeoutError, match=job_id):
             client.result(job_id, timeout=0.2 * UNIT)
 
 
-def test_results_for_other_jobs_are_kept_for_later() -> None:
+def test_results_for_other_jobs_are_kept_for_later(connect: Connect) -> None:
     def later(port: ClientPort, request: emqp.Request) -> list[list[bytes]]:
         if len(port.requests) == 1:
             return [ack(request)]
         first = port.requests[0].msgid
         return [ack(request), result(first, "first"), result(request.msgid, "second")]
 
-    with ClientPort(later) as port, client_for(port) as client:
+    with ClientPort(later) as port, client_for(connect, port) as client:
         first = client.submit("default", "a")
         second = client.submit("default", "b")
         assert client.result(second, timeout=5 * UNIT) == "second"
@@ -193,8 +240,8 @@ def test_results_for_other_jobs_are_kept_for_later() -> None:
         assert client.result(first, timeout=0) == "first"
 
 
-def test_pipelined_submits_keep_at_most_window_jobs_unacknowledged() -> None:
-    with ClientPort(sums) as port, client_for(port) as client:
+def test_pipelined_submits_keep_at_most_window_jobs_unacknowledged(connect: Connect) -> None:
+    with ClientPort(sums) as port, client_for(connect, port) as client:
         port.hold = True
         ids: list[str] = []
         submitting = threading.Thread(
@@ -219,27 +266,32 @@ def test_pipelined_submits_keep_at_most_window_jobs_unacknowledged() -> None:
         assert [client.result(j, timeout=5 * UNIT) for j in more] == list(range(50))
 
 
-def test_refused_jobs_are_reported_by_submit_and_wait_acks() -> None:
+def test_refused_jobs_are_reported_by_submit_and_wait_acks(connect: Connect) -> None:
     def refuses(port: ClientPort, request: emqp.Request) -> list[list[bytes]]:
         if request.msgid.startswith("bad"):
             return [failure(request.msgid, "rejected", "QueueFullError", "broker full")]
         return sums(port, request)
 
-    with ClientPort(refuses) as port, client_for(port) as client:
+    with ClientPort(refuses) as port, client_for(connect, port) as client:
         with pytest.raises(JobFailed) as caught:
             client.submit("default", "add", job_id="bad-1")
         assert (caught.value.state, caught.value.error_type) == ("rejected", "QueueFullError")
 
+        # Held until wait_acks runs: it lists the refused jobs among those it waits for
+        # (an asyncio client's reader may take answers as soon as its loop runs).
+        port.hold = True
         good = client.submit_nowait("default", "add", args=[1])
         client.submit_nowait("default", "add", job_id="bad-2")
+        wait_until(lambda: len(port.requests) == 3, what="both requests")
+        port.hold = False
         assert client.wait_acks() == ["bad-2"]
         assert client.result(good, timeout=5 * UNIT) == 1
         with pytest.raises(JobFailed, match="rejected"):
             client.result("bad-2", timeout=0)
 
 
-def test_no_ack_raises_broker_unavailable() -> None:
-    with ClientPort(silent) as port, client_for(port, ack_timeout=0.2) as client:
+def test_no_ack_raises_broker_unavailable(connect: Connect) -> None:
+    with ClientPort(silent) as port, client_for(connect, port, ack_timeout=0.2) as client:
         with pytest.raises(BrokerUnavailable) as caught:
             client.submit("default", "noop", job_id="job-9")
         assert caught.value.job_ids == ["job-9"]
@@ -252,14 +304,12 @@ def test_no_ack_raises_broker_unavailable() -> None:
         assert client.pending_acks == 1  # still pending: a later wait may see it answered
 
     # Nobody listening at all.
-    ctx = zmq.Context()
     with (
         socket_port() as endpoint,
-        BrokerClient(endpoint, ack_timeout=0.2, context=ctx) as c,
+        connect(endpoint, ack_timeout=0.2) as c,
         pytest.raises(BrokerUnavailable),
     ):
         c.submit("default", "noop")
-    ctx.term()
 
 
 @contextmanager
@@ -273,7 +323,7 @@ def socket_port() -> Iterator[str]:
     yield f"tcp://127.0.0.1:{port}"
 
 
-def test_malformed_and_unexpected_messages_are_counted_and_dropped() -> None:
+def test_malformed_and_unexpected_messages_are_counted_and_dropped(connect: Connect) -> None:
     def noisy(port: ClientPort, request: emqp.Request) -> list[list[bytes]]:
         job_id = request.msgid
         return [
@@ -286,7 +336,7 @@ def test_malformed_and_unexpected_messages_are_counted_and_dropped() -> None:
             result(job_id, "ok"),
         ]
 
-    with ClientPort(noisy) as port, client_for(port) as client:
+    with ClientPort(noisy) as port, client_for(connect, port) as client:
         job_id = client.submit("default", "noop")
         assert client.result(job_id, timeout=5 * UNIT) == "ok"
         assert client.counters == {
@@ -297,21 +347,18 @@ def test_malformed_and_unexpected_messages_are_counted_and_dropped() -> None:
         }
 
 
-def test_kept_results_are_bounded() -> None:
-    with ClientPort(sums) as port:
-        ctx = zmq.Context()
-        with BrokerClient(port.endpoint, max_results=3, context=ctx) as client:
-            ids = client.submit_many("default", "add", [[i] for i in range(5)])
-            assert client.result(ids[4], timeout=5 * UNIT) == 4  # the last to arrive
-            assert client.counters["results_dropped"] == 2
-            with pytest.raises(TimeoutError):
-                client.result(ids[0], timeout=0)
-            assert client.result(ids[2], timeout=0) == 2
-        ctx.term()
+def test_kept_results_are_bounded(connect: Connect) -> None:
+    with ClientPort(sums) as port, connect(port.endpoint, max_results=3) as client:
+        ids = client.submit_many("default", "add", [[i] for i in range(5)])
+        assert client.result(ids[4], timeout=5 * UNIT) == 4  # the last to arrive
+        assert client.counters["results_dropped"] == 2
+        with pytest.raises(TimeoutError):
+            client.result(ids[0], timeout=0)
+        assert client.result(ids[2], timeout=0) == 2
 
 
-def test_bad_arguments_are_refused_before_sending() -> None:
-    with ClientPort(sums) as port, client_for(port) as client:
+def test_bad_arguments_are_refused_before_sending(connect: Connect) -> None:
+    with ClientPort(sums) as port, client_for(connect, port) as client:
         with pytest.raises(TypeError, match="JSON"):
             client.submit("default", "add", args=[object()])
         with pytest.raises(ValueError, match="retries"):
@@ -324,7 +371,7 @@ def test_bad_arguments_are_refused_before_sending() -> None:
     assert port.requests == []
 
 
-# --------------------------------------------------------------------------- asyncio
+# --------------------------------------------------------------------------- asyncio only
 
 
 async def test_async_client_submits_and_waits() -> None:

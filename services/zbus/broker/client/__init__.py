@@ -51,7 +51,7 @@ The library is in parts; this module is its public face and re-exports their nam
 - :mod:`zbus.broker.client.errors`: :class:`BrokerClientError` and its subclasses.
 - :mod:`zbus.broker.client.base`: the endpoint, the job options
   (:class:`JobOptions`, :class:`BatchOptions`), REQUEST headers and bodies.
-- :mod:`zbus.broker.client.tracker`: the bookkeeping both clients share, without I/O.
+- :mod:`zbus.broker.client.tracker`: both clients' logic, written once and without I/O.
 - :mod:`zbus.broker.client.blocking`: :class:`BrokerClient`.
 - :mod:`zbus.broker.client.asyncio`: :class:`AsyncBrokerClient`.
 """

@@ -18,13 +18,10 @@ from zbus.broker.client.base import (
     BatchOptions,
     JobOptions,
     OneJobOptions,
-    check_ack_timeout,
-    check_wait,
-    check_window,
     open_dealer,
 )
-from zbus.broker.client.errors import BrokerClientError, BrokerUnavailable
-from zbus.broker.client.tracker import JobResult, JobTracker, rejected_ids
+from zbus.broker.client.errors import BrokerClientError
+from zbus.broker.client.tracker import AckWait, JobResult, JobTracker
 from zbus.common.security import KeyPair
 
 __all__ = ["AsyncBrokerClient"]
@@ -54,8 +51,8 @@ class AsyncBrokerClient:
         curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.ack_timeout = check_ack_timeout(ack_timeout)
-        self._tracker = JobTracker(max_results)
+        self._tracker = tracker = JobTracker(max_results, ack_timeout)
+        self.ack_timeout = tracker.ack_timeout
         ctx = context or zmq.asyncio.Context.instance()
         self._sock: zmq.asyncio.Socket = ctx.socket(zmq.DEALER)
         open_dealer(self._sock, endpoint, ack_timeout, curve)
@@ -78,7 +75,8 @@ class AsyncBrokerClient:
     async def submit(self, queue: str, callable: str, **options: Unpack[JobOptions]) -> str:
         """As :meth:`BrokerClient.submit`."""
         job_id = await self.submit_nowait(queue, callable, **options)
-        if job_id in self._tracker.unacked:
+        tracker = self._tracker
+        if job_id in tracker.unacked:
             waiter = self._ack_waiters.get(job_id)
             if waiter is None:
                 waiter = self._ack_waiters[job_id] = asyncio.get_running_loop().create_future()
@@ -87,12 +85,8 @@ class AsyncBrokerClient:
                     await asyncio.shield(waiter)
             except TimeoutError:
                 self._ack_waiters.pop(job_id, None)
-                self._tracker.unacked.pop(job_id, None)
-                raise BrokerUnavailable([job_id], self.ack_timeout) from None
-        rejection = self._tracker.take_rejection(job_id)
-        if rejection is not None:
-            raise rejection
-        return job_id
+                raise tracker.unavailable(job_id) from None
+        return tracker.answer(job_id)
 
     async def submit_nowait(self, queue: str, callable: str, **options: Unpack[JobOptions]) -> str:
         """As :meth:`BrokerClient.submit_nowait` (it waits only for room to send)."""
@@ -105,31 +99,21 @@ class AsyncBrokerClient:
                 async with asyncio.timeout(self.ack_timeout):
                     await self._sock.send_multipart(frames)
         except (TimeoutError, zmq.Again):
-            self._tracker.unacked.pop(job_id, None)
-            raise BrokerUnavailable([job_id], self.ack_timeout) from None
+            raise self._tracker.unavailable(job_id) from None
         return job_id
 
     async def wait_acks(self, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
         """As :meth:`BrokerClient.wait_acks`."""
-        tracker = self._tracker
-        waiting = list(tracker.unacked)
         loop = asyncio.get_running_loop()
-        start = loop.time()
-        end = start + check_wait(timeout)
-        while tracker.unacked:
-            before = tracker.acks
-            deadline = min(end, loop.time() + self.ack_timeout)
-            while tracker.unacked and tracker.acks == before:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise BrokerUnavailable(list(tracker.unacked), loop.time() - start)
+        acks = AckWait(self._tracker, loop.time(), timeout)
+        while not acks.done:
+            if acks.deadline > loop.time():
                 self._progress.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
+                    async with asyncio.timeout_at(acks.deadline):
                         await self._progress.wait()
-            if tracker.unacked and loop.time() >= end:
-                raise BrokerUnavailable(list(tracker.unacked), loop.time() - start)
-        return rejected_ids(tracker, waiting)
+            acks.check(loop.time())
+        return acks.rejected()
 
     async def submit_many(
         self,
@@ -144,30 +128,32 @@ class AsyncBrokerClient:
         tracker = self._tracker
         ids: list[str] = []
         for args in args_list:
-            while len(tracker.unacked) >= check_window(window):
+            while tracker.window_full(window):
                 self._progress.clear()
                 try:
                     async with asyncio.timeout(self.ack_timeout):
                         await self._progress.wait()
                 except TimeoutError:
-                    raise BrokerUnavailable(list(tracker.unacked), self.ack_timeout) from None
+                    raise tracker.stalled() from None
             ids.append(await self.submit_nowait(queue, callable, args=args, **options))
         await self.wait_acks()
         return ids
 
     async def result(self, job_id: str, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """As :meth:`BrokerClient.result`."""
-        wait = check_wait(timeout)
+        tracker = self._tracker
+        loop = asyncio.get_running_loop()
+        deadline = tracker.result_deadline(loop.time(), timeout)
         self._start_reader()
-        outcome = self._tracker.results.pop(job_id, None)
+        outcome = tracker.take_result(job_id)
         if outcome is None:
-            waiter: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
+            waiter: asyncio.Future[JobResult] = loop.create_future()
             self._result_waiters.setdefault(job_id, []).append(waiter)
             try:
-                async with asyncio.timeout(None if math.isinf(wait) else wait):
+                async with asyncio.timeout_at(None if math.isinf(deadline) else deadline):
                     outcome = await waiter
             except TimeoutError:
-                raise TimeoutError(f"no result for job {job_id} within {timeout:g}s") from None
+                raise tracker.no_result(job_id, timeout) from None
             finally:
                 waiters = self._result_waiters.get(job_id)
                 if waiters is not None and waiter in waiters:

@@ -14,13 +14,9 @@ from zbus.broker.client.base import (
     BatchOptions,
     JobOptions,
     OneJobOptions,
-    check_ack_timeout,
-    check_wait,
-    check_window,
     open_dealer,
 )
-from zbus.broker.client.errors import BrokerUnavailable
-from zbus.broker.client.tracker import JobTracker, rejected_ids
+from zbus.broker.client.tracker import AckWait, JobTracker
 from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.security import KeyPair
 from zbus.common.wire import send_frames
@@ -62,8 +58,8 @@ class BrokerClient:
     ) -> None:
         self.endpoint = endpoint
         self.clock = clock
-        self.ack_timeout = check_ack_timeout(ack_timeout)
-        self._tracker = JobTracker(max_results)
+        self._tracker = tracker = JobTracker(max_results, ack_timeout)
+        self.ack_timeout = tracker.ack_timeout
         self._sock: zmq.Socket[Any] = (context or zmq.Context.instance()).socket(zmq.DEALER)
         open_dealer(self._sock, endpoint, ack_timeout, curve)
         self._sent = 0
@@ -87,16 +83,13 @@ class BrokerClient:
             JobFailed: the broker refused the job (state ``"rejected"``).
         """
         job_id = self.submit_nowait(queue, callable, **options)
-        unacked = self._tracker.unacked
+        tracker = self._tracker
+        unacked = tracker.unacked
         deadline = self.clock.monotonic() + self.ack_timeout
         while job_id in unacked:
             if not self._read_until(deadline):
-                del unacked[job_id]  # answered late or never: wait_acks must not wait for it
-                raise BrokerUnavailable([job_id], self.ack_timeout)
-        rejection = self._tracker.take_rejection(job_id)
-        if rejection is not None:
-            raise rejection
-        return job_id
+                raise tracker.unavailable(job_id)
+        return tracker.answer(job_id)
 
     def submit_nowait(self, queue: str, callable: str, **options: Unpack[JobOptions]) -> str:
         """Send the REQUEST without waiting for its ACK (see :meth:`wait_acks`).
@@ -108,8 +101,7 @@ class BrokerClient:
         try:
             send_frames(self._sock, frames)
         except zmq.Again:
-            self._tracker.unacked.pop(job_id, None)
-            raise BrokerUnavailable([job_id], self.ack_timeout) from None
+            raise self._tracker.unavailable(job_id) from None
         self._sent += 1
         if self._sent % _READ_EVERY == 0:
             self._read()
@@ -129,18 +121,12 @@ class BrokerClient:
             BrokerUnavailable: naming the jobs still unacknowledged; they stay pending, so
                 a later ``wait_acks`` may still see them answered.
         """
-        tracker = self._tracker
-        waiting = list(tracker.unacked)
-        start = self.clock.monotonic()
-        end = start + check_wait(timeout)
-        while tracker.unacked:
-            before = tracker.acks
-            deadline = min(end, self.clock.monotonic() + self.ack_timeout)
-            while tracker.unacked and tracker.acks == before and self._read_until(deadline):
-                pass
-            if tracker.unacked and (tracker.acks == before or self.clock.monotonic() >= end):
-                raise BrokerUnavailable(list(tracker.unacked), self.clock.monotonic() - start)
-        return rejected_ids(tracker, waiting)
+        clock = self.clock
+        acks = AckWait(self._tracker, clock.monotonic(), timeout)
+        while not acks.done:
+            self._read_until(acks.deadline)
+            acks.check(clock.monotonic())
+        return acks.rejected()
 
     def submit_many(
         self,
@@ -162,11 +148,11 @@ class BrokerClient:
         tracker = self._tracker
         ids: list[str] = []
         for args in args_list:
-            if len(tracker.unacked) >= check_window(window):
+            if tracker.window_full(window):
                 deadline = self.clock.monotonic() + self.ack_timeout
-                while len(tracker.unacked) >= window:
+                while tracker.window_full(window):
                     if not self._read_until(deadline):
-                        raise BrokerUnavailable(list(tracker.unacked), self.ack_timeout)
+                        raise tracker.stalled()
             ids.append(self.submit_nowait(queue, callable, args=args, **options))
         self.wait_acks()
         return ids
@@ -178,11 +164,12 @@ class BrokerClient:
             JobFailed: the broker gave up on the job (or refused it).
             TimeoutError: no result within ``timeout``.
         """
-        results = self._tracker.results
-        deadline = self.clock.monotonic() + check_wait(timeout)
+        tracker = self._tracker
+        results = tracker.results
+        deadline = tracker.result_deadline(self.clock.monotonic(), timeout)
         while job_id not in results:
             if not self._read_until(deadline):
-                raise TimeoutError(f"no result for job {job_id} within {timeout:g}s")
+                raise tracker.no_result(job_id, timeout)
         return results.pop(job_id).unwrap(job_id)
 
     def submit_and_wait(

@@ -1,8 +1,12 @@
-"""The bookkeeping both broker clients share, without I/O.
+"""The broker client written once, without I/O: the shells
+(:mod:`zbus.broker.client.blocking`, :mod:`zbus.broker.client.asyncio`) move the frames,
+wait, and pass the time in.
 
-:class:`JobTracker` builds REQUESTs and takes what the broker sends: it knows the jobs
-still waiting for their ACK, keeps results (each an :class:`JobResult`) until they are
-asked for, and counts what it drops.
+:class:`JobTracker` checks the options and builds REQUESTs, takes what the broker sends,
+and decides what each call answers: it knows the jobs still waiting for their ACK, keeps
+results (each a :class:`JobResult`) until they are asked for, counts what it drops, and
+names the error a call raises once its wait is over. :class:`AckWait` is one
+``wait_acks``: when it gives up, from the ACKs that came and the time it is given.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from zbus.broker.client.base import (
     OPTION_NAMES,
     JobOptions,
     call_body,
+    check_ack_timeout,
     check_job,
     check_max_results,
+    check_wait,
+    check_window,
     job_headers,
 )
-from zbus.broker.client.errors import JobFailed
+from zbus.broker.client.errors import BrokerUnavailable, JobFailed
 from zbus.common.protocols import emqp
 from zbus.common.protocols.errors import ProtocolError
 
@@ -67,9 +74,15 @@ def _parse_outcome(body: bytes) -> JobResult | None:
 
 
 class JobTracker:
-    """What both clients know, without I/O: missing ACKs, kept results, drop counters."""
+    """What both clients know and decide, without I/O: missing ACKs, kept results, drop
+    counters, and the answer of each call.
 
-    def __init__(self, max_results: int) -> None:
+    Raises:
+        ValueError: ``ack_timeout`` or ``max_results`` out of range.
+    """
+
+    def __init__(self, max_results: int, ack_timeout: float) -> None:
+        self.ack_timeout = check_ack_timeout(ack_timeout)
         self.max_results = check_max_results(max_results)
         self.unacked: dict[str, None] = {}  # an ordered set: oldest first
         self.results: dict[str, JobResult] = {}
@@ -144,14 +157,103 @@ class JobTracker:
             del results[next(iter(results))]
             self.counters["results_dropped"] += 1
 
-    def take_rejection(self, job_id: str) -> JobFailed | None:
+    def answer(self, job_id: str) -> str:
+        """What a submit of ``job_id`` returns once its ACK came: the id.
+
+        Raises:
+            JobFailed: the broker refused the job (state ``"rejected"``).
+        """
         outcome = self.results.get(job_id)
         if outcome is None or outcome.state != "rejected":
-            return None
+            return job_id
         del self.results[job_id]
-        return JobFailed(job_id, outcome.state, outcome.error_type, outcome.message)
+        raise JobFailed(job_id, outcome.state, outcome.error_type, outcome.message)
+
+    def unavailable(self, job_id: str) -> BrokerUnavailable:
+        """The error of a submit whose REQUEST could not be sent or was not acknowledged
+        in time; ``job_id`` no longer awaits its ACK (answered late or never:
+        ``wait_acks`` must not wait for it)."""
+        self.unacked.pop(job_id, None)
+        return BrokerUnavailable([job_id], self.ack_timeout)
+
+    def window_full(self, window: int) -> bool:
+        """Whether ``submit_many`` must wait for ACKs before its next REQUEST.
+
+        Raises:
+            ValueError: ``window`` out of range.
+        """
+        return len(self.unacked) >= check_window(window)
+
+    def stalled(self) -> BrokerUnavailable:
+        """The error of a ``submit_many`` whose ACKs stopped coming for ``ack_timeout``."""
+        return BrokerUnavailable(list(self.unacked), self.ack_timeout)
+
+    def result_deadline(self, now: float, timeout: float | None) -> float:
+        """When a ``result`` call started at ``now`` gives up (infinity: never).
+
+        Raises:
+            ValueError: ``timeout`` is not None or seconds >= 0.
+        """
+        return now + check_wait(timeout)
+
+    def take_result(self, job_id: str) -> JobResult | None:
+        """The kept result of ``job_id``, handed out once."""
+        return self.results.pop(job_id, None)
+
+    def no_result(self, job_id: str, timeout: float | None) -> TimeoutError:
+        """The error of a ``result`` call whose ``timeout`` passed."""
+        return TimeoutError(f"no result for job {job_id} within {timeout:g}s")
 
 
-def rejected_ids(tracker: JobTracker, job_ids: list[str]) -> list[str]:
-    results = tracker.results
-    return [j for j in job_ids if (o := results.get(j)) is not None and o.state == "rejected"]
+class AckWait:
+    """One ``wait_acks`` from ``now``: it waits while ACKs keep coming, up to
+    ``ack_timeout`` seconds between two and ``timeout`` seconds in all.
+
+    The shell waits until :attr:`deadline` (or an ACK), then calls :meth:`check` with the
+    time, as long as :attr:`done` is false; then :meth:`rejected` is the answer.
+
+    Raises:
+        ValueError: ``timeout`` is not None or seconds >= 0.
+    """
+
+    __slots__ = ("_acks", "_end", "_start", "_tracker", "deadline", "waiting")
+
+    def __init__(self, tracker: JobTracker, now: float, timeout: float | None) -> None:
+        self._tracker = tracker
+        self.waiting = list(tracker.unacked)
+        self._start = now
+        self._end = now + check_wait(timeout)
+        self._acks = tracker.acks
+        #: When to give up unless an ACK comes before.
+        self.deadline = min(self._end, now + tracker.ack_timeout)
+
+    @property
+    def done(self) -> bool:
+        """Every job is acknowledged."""
+        return not self._tracker.unacked
+
+    def check(self, now: float) -> None:
+        """After a wait: a new :attr:`deadline` if ACKs came, else give up once it passed.
+
+        Raises:
+            BrokerUnavailable: naming the jobs still unacknowledged; they stay pending, so
+                a later ``wait_acks`` may still see them answered.
+        """
+        tracker = self._tracker
+        if not tracker.unacked:
+            return
+        if tracker.acks != self._acks:
+            if now < self._end:
+                self._acks = tracker.acks
+                self.deadline = min(self._end, now + tracker.ack_timeout)
+                return
+        elif now < self.deadline:
+            return
+        raise BrokerUnavailable(list(tracker.unacked), now - self._start)
+
+    def rejected(self) -> list[str]:
+        """The ids of the waited-for jobs the broker refused."""
+        results = self._tracker.results
+        return [
+            j for j in self.waiting if (o := results.get(j)) is not None and o.state == "rejected"
+        ]
