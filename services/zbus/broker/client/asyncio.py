@@ -21,7 +21,7 @@ from zbus.broker.client.base import (
     open_dealer,
 )
 from zbus.broker.client.errors import BrokerClientError
-from zbus.broker.client.tracker import AckWait, JobResult, JobTracker
+from zbus.broker.client.tracker import AckWait, JobResult, JobTracker, TrackerViews
 from zbus.common.security import KeyPair
 
 __all__ = ["AsyncBrokerClient"]
@@ -30,7 +30,7 @@ __all__ = ["AsyncBrokerClient"]
 log = logging.getLogger("zbus.broker.client")
 
 
-class AsyncBrokerClient:
+class AsyncBrokerClient(TrackerViews):
     """The asyncio flavour of :class:`BrokerClient`, with the same methods as coroutines.
 
     One reader task takes every message and hands ACKs and results to the coroutines
@@ -62,15 +62,6 @@ class AsyncBrokerClient:
         self._progress = asyncio.Event()  # set whenever a submit is answered
         self._acks_seen = 0
         self._closed = False
-
-    @property
-    def counters(self) -> dict[str, int]:
-        """As :attr:`BrokerClient.counters`."""
-        return dict(self._tracker.counters)
-
-    @property
-    def pending_acks(self) -> int:
-        return len(self._tracker.unacked)
 
     async def submit(self, queue: str, callable: str, **options: Unpack[JobOptions]) -> str:
         """As :meth:`BrokerClient.submit`."""

@@ -16,7 +16,7 @@ from zbus.broker.client.base import (
     OneJobOptions,
     open_dealer,
 )
-from zbus.broker.client.tracker import AckWait, JobTracker
+from zbus.broker.client.tracker import AckWait, JobTracker, TrackerViews
 from zbus.common.clock import SYSTEM_CLOCK, Clock
 from zbus.common.security import KeyPair
 from zbus.common.wire import send_frames
@@ -26,7 +26,7 @@ __all__ = ["BrokerClient"]
 _READ_EVERY: Final = 64  # submit_nowait reads what arrived every this many sends
 
 
-class BrokerClient:
+class BrokerClient(TrackerViews):
     """Blocking client of the broker's client port.
 
     Args:
@@ -64,16 +64,6 @@ class BrokerClient:
         open_dealer(self._sock, endpoint, ack_timeout, curve)
         self._sent = 0
         self._closed = False
-
-    @property
-    def counters(self) -> dict[str, int]:
-        """Messages dropped (``malformed``, ``unexpected``), ``handoffs``, ``results_dropped``."""
-        return dict(self._tracker.counters)
-
-    @property
-    def pending_acks(self) -> int:
-        """Submitted jobs the broker has not acknowledged yet."""
-        return len(self._tracker.unacked)
 
     def submit(self, queue: str, callable: str, **options: Unpack[JobOptions]) -> str:
         """Submit ``callable(*args, **kwargs)`` on ``queue``; returns once it is stored.

@@ -257,3 +257,19 @@ class AckWait:
         return [
             j for j in self.waiting if (o := results.get(j)) is not None and o.state == "rejected"
         ]
+
+
+class TrackerViews:
+    """What both broker clients show of their :class:`JobTracker`, read-only."""
+
+    _tracker: JobTracker
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Messages dropped (``malformed``, ``unexpected``), ``handoffs``, ``results_dropped``."""
+        return dict(self._tracker.counters)
+
+    @property
+    def pending_acks(self) -> int:
+        """Submitted jobs the broker has not acknowledged yet."""
+        return len(self._tracker.unacked)
