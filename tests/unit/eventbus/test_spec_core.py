@@ -5,13 +5,13 @@ test_spec_pipeline.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
+from tests.support.logged import logged
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.eventbus_limits import MAX_SUBTREES
+from zbus.eventbus.core.log import LoggedEvent
 from zbus.eventbus.core.spec import (
     MAX_ACTIVE,
     MAX_WAITING,
@@ -34,21 +34,7 @@ from zbus.eventbus.core.spec import (
 )
 
 A, B = b"\x00client-a", b"\x00client-b"
-TS = "2026-11-22T08:35:32.862Z"
-UUID = "9d5c1f3a-7e2b-4c8d-a6f0-3b1e5d7c9a24"
 MESSAGE_BYTES = 256 * 1024
-
-
-@dataclass(frozen=True)
-class Ev:
-    """A logged event as the shell hands it over (any object with these fields)."""
-
-    seq: int
-    topic: str
-    producer: str = "p"
-    ts: str = TS
-    uuid: str = UUID
-    data: bytes = b"d"
 
 
 def new_core(dialect: eb.Dialect = eb.SPEC, read_bytes: int = MESSAGE_BYTES) -> SnapshotCore:
@@ -59,7 +45,7 @@ def syncstart(subtrees: tuple[str, ...] = (), seq: int = 0) -> list[bytes]:
     return eb.encode(eb.SyncStart(subtrees, seq))
 
 
-def sync(e: Ev, dialect: eb.Dialect = eb.SPEC) -> list[bytes]:
+def sync(e: LoggedEvent, dialect: eb.Dialect = eb.SPEC) -> list[bytes]:
     return eb.encode(eb.Sync(e.topic, e.seq, e.producer, e.ts, e.uuid, e.data), dialect)
 
 
@@ -95,7 +81,7 @@ def test_a_latest_page_is_read_then_sent_and_counted() -> None:
     out = core.take()
     assert out.actions == [ReadLatest(A, ("/a/",), 3, "/a/x", 50, MESSAGE_BYTES - PAGE_HEADROOM)]
     assert out.counts == {("snapshots", "page-latest"): 1}
-    events = [Ev(4, "/a/y"), Ev(9, "/a/z")]
+    events = [logged(4, "/a/y"), logged(9, "/a/z")]
     core.page_read(A, events, "/a/z", 12, 0.0)
     reply = only(core.take())
     rows = [[e.seq, e.topic, e.producer, e.ts, e.uuid, e.data] for e in events]
@@ -227,7 +213,7 @@ def test_syncstart_0_asks_for_the_state_and_n_for_every_event_above_n() -> None:
 def test_a_whole_transfer_from_syncstart_to_syncend() -> None:
     core = new_core()
     tid = opened(core, sequence=9)
-    events = [Ev(3, "/a"), Ev(9, "/b")]
+    events = [logged(3, "/a"), logged(9, "/b")]
     core.transfer_read(tid, events, True, 0.0)
     messages = [sync(e) for e in events] + [eb.encode(eb.SyncEnd((), 9))]
     assert only(core.take()) == SendTransfer(tid, A, messages)
@@ -243,16 +229,16 @@ def test_the_node_dialect_gets_ascii_sequences() -> None:
     core.tick(0.0)
     core.transfer_opened(tid, 5, 0.0)
     core.take()
-    core.transfer_read(tid, [Ev(5, "/a")], True, 0.0)
+    core.transfer_read(tid, [logged(5, "/a")], True, 0.0)
     send = only(core.take())
     assert isinstance(send, SendTransfer)
-    assert send.messages == [sync(Ev(5, "/a"), eb.NODE_REFERENCE), [b"SYNCEND", b"/a", b"5"]]
+    assert send.messages == [sync(logged(5, "/a"), eb.NODE_REFERENCE), [b"SYNCEND", b"/a", b"5"]]
 
 
 def test_a_turn_sends_at_most_turn_messages() -> None:
     core = new_core()
     tid = opened(core)
-    half = [Ev(i, "/a") for i in range(1, TURN // 2 + 1)]
+    half = [logged(i, "/a") for i in range(1, TURN // 2 + 1)]
     core.transfer_read(tid, half, False, 0.0)
     core.take()
     core.transfer_sent(tid, len(half), Sent.OK, 0.0)
@@ -271,7 +257,7 @@ def test_a_turn_sends_at_most_turn_messages() -> None:
 def test_a_full_queue_keeps_the_rest_for_the_next_turn() -> None:
     core = new_core()
     tid = opened(core)
-    events = [Ev(i, "/a") for i in range(1, 5)]
+    events = [logged(i, "/a") for i in range(1, 5)]
     core.transfer_read(tid, events, False, 0.0)
     core.take()
     core.transfer_sent(tid, 1, Sent.FULL, 0.0)
@@ -286,7 +272,7 @@ def test_a_full_queue_keeps_the_rest_for_the_next_turn() -> None:
 def test_turns_that_send_nothing_wait_longer_each_time_up_to_the_last_retry() -> None:
     core = new_core()
     tid = opened(core)
-    core.transfer_read(tid, [Ev(1, "/a")], False, 0.0)
+    core.transfer_read(tid, [logged(1, "/a")], False, 0.0)
     core.take()
     now = 0.0
     waits = []
@@ -304,7 +290,7 @@ def test_turns_that_send_nothing_wait_longer_each_time_up_to_the_last_retry() ->
 def test_a_client_that_reads_nothing_loses_its_transfer() -> None:
     core = new_core()
     tid = opened(core)
-    core.transfer_read(tid, [Ev(1, "/a"), Ev(2, "/a")], False, 0.0)
+    core.transfer_read(tid, [logged(1, "/a"), logged(2, "/a")], False, 0.0)
     core.take()
     core.transfer_sent(tid, 1, Sent.FULL, 0.0)  # progress at 0
     core.tick(STALL_SECONDS)
@@ -325,7 +311,7 @@ def test_a_client_that_reads_nothing_loses_its_transfer() -> None:
 def test_a_client_gone_aborts_its_transfer() -> None:
     core = new_core()
     tid = opened(core)
-    core.transfer_read(tid, [Ev(1, "/a")], False, 0.0)
+    core.transfer_read(tid, [logged(1, "/a")], False, 0.0)
     core.take()
     core.transfer_sent(tid, 0, Sent.GONE, 0.0)
     out = core.take()
@@ -400,7 +386,7 @@ def in_state(state: State) -> tuple[SnapshotCore, int]:
     if state in (State.READING, State.SENDING):
         core.transfer_opened(tid, 7, 0.0)
     if state is State.SENDING:
-        core.transfer_read(tid, [Ev(1, "/a"), Ev(2, "/a")], False, 0.0)
+        core.transfer_read(tid, [logged(1, "/a"), logged(2, "/a")], False, 0.0)
     t = core.transfers.get(tid)
     assert t is not None and t.state is state
     core.take()
@@ -438,7 +424,7 @@ def test_every_state_and_input(state: State, what: str) -> None:
     if what == "opened":
         core.transfer_opened(tid, 9, 0.0)
     elif what == "read":
-        core.transfer_read(tid, [Ev(3, "/a")], False, 0.0)
+        core.transfer_read(tid, [logged(3, "/a")], False, 0.0)
     elif what == "read_nothing":
         core.transfer_read(tid, [], False, 0.0)
     elif what in ("sent", "full", "gone"):
@@ -481,7 +467,7 @@ def test_results_for_a_transfer_that_is_gone_are_ignored() -> None:
     tid = opened(core)
     core.receive(A, syncstart(), 0.0)  # replaced while its read is under way
     core.take()
-    core.transfer_read(tid, [Ev(1, "/a")], True, 0.0)
+    core.transfer_read(tid, [logged(1, "/a")], True, 0.0)
     core.transfer_sent(tid, 1, Sent.OK, 0.0)
     core.transfer_opened(tid, 1, 0.0)
     core.failed(OpenTransfer(tid, (), 0, False), "internal", "x", 0.0)

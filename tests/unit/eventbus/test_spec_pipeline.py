@@ -8,25 +8,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.support.logged import TS, UUID, logged
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.core.spec import Confirm, SpecCollector, SpecPublisher, Subscriptions, matches
 
 A, B = b"\x00client-a", b"\x00client-b"
-TS = "2026-11-22T08:35:32.862Z"
-UUID = "9d5c1f3a-7e2b-4c8d-a6f0-3b1e5d7c9a24"
-
-
-@dataclass(frozen=True)
-class Ev:
-    """A logged event as the shell hands it over (any object with these fields)."""
-
-    seq: int
-    topic: str
-    producer: str = "p"
-    ts: str = TS
-    uuid: str = UUID
-    data: bytes = b"d"
 
 
 # ------------------------------------------------------------------ publisher
@@ -50,7 +37,7 @@ def test_matches_is_a_prefix_match_and_no_subtree_matches_all() -> None:
 
 def test_broadcasts_are_the_wanted_events_in_order() -> None:
     pub = SpecPublisher(eb.SPEC, 1.0, hugz=True)
-    stored = [Ev(1, "/a/1"), Ev(2, "/b/1"), Ev(3, "/a/2")]
+    stored = [logged(1, "/a/1"), logged(2, "/b/1"), logged(3, "/a/2")]
     assert list(pub.broadcasts(stored)) == []  # no subscriber: no work
     pub.subscribe(b"\x01/a/")
     assert list(pub.broadcasts(stored)) == [
@@ -117,7 +104,7 @@ def test_a_zb_pub_adds_its_events_and_its_confirm() -> None:
 
 def test_confirms_give_each_uuid_its_sequence_stored_now_or_before() -> None:
     collector = new_collector()
-    stored = [Ev(10, "/t/0", uuid=uid(0))]
+    stored = [logged(10, "/t/0", uuid=uid(0))]
     replies = collector.confirmations(stored, [(uid(1), 4)], [(A, [uid(0), uid(1)]), (B, [uid(9)])])
     assert [(who, ext.decode_collector_reply(frames)) for who, frames in replies] == [
         (A, ext.Confirm(((uid(0), 10), (uid(1), 4)))),
