@@ -258,9 +258,10 @@ class Cluster:
         slot.since = time.time()
         decision = slot.sup.exited(now)
         if isinstance(decision, GiveUp):
+            starts = "start" if decision.failed_starts == 1 else "starts in a row"
             self.say(
-                f"  {name:<12} {what}; given up after {decision.failed_starts} failed starts "
-                "in a row: it stays down, the rest of the cluster goes on"
+                f"  {name:<12} {what}; given up after {decision.failed_starts} failed {starts}: "
+                "it stays down, the rest of the cluster goes on"
             )
         elif decision.failed_start:
             self.say(
