@@ -16,7 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
+from tests.support.browser import ARGS, VIEWPORT, chromium
 from tests.support.local_cluster import LocalCluster, local_cluster
 from tests.support.ports import HeldPorts
 from tests.support.waiting import UNIT, wait_until
@@ -187,9 +189,30 @@ def test_a_service_that_cannot_start_is_given_up_and_named(tmp_path: Path) -> No
             assert broker["supervised"] == "given up" and broker["ready"] is False
             assert "given up after 5 failed starts" in broker["error"]
 
+            _dashboard_shows_given_up(cluster.url("catalog"), "broker")
             assert _pids(cluster)["eventbus"] == bus and pid_alive(bus)  # the rest goes on
             assert cluster.launcher is not None
             cluster.launcher.send_signal(signal.SIGTERM)
             text = _rest(cluster)
             assert "broker       not running (given up)" in text
             assert "eventbus     stopped (exit 0)" in text
+
+
+def _dashboard_shows_given_up(catalog: str, name: str) -> None:
+    """The dashboard's overview lists ``name`` as given up, though it never registered."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=list(ARGS))
+        try:
+            page = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
+            page.set_default_timeout(30_000 * UNIT)
+            page.goto(f"{catalog}/dashboard#overview")
+            row = page.locator(f'tr[data-service="{name}"]')
+            expect(row).to_have_attribute("data-state", "given up")
+            expect(row.locator('td[data-field="live"]')).to_contain_text(
+                "given up after 5 failed starts"
+            )
+            expect(row.locator("[data-restarts]")).to_have_text(" · 4 restarts")
+            bus = page.locator('tr[data-service="eventbus"] [data-restarts]')
+            expect(bus).to_have_text(" · 0 restarts")
+        finally:
+            browser.close()
