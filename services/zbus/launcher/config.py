@@ -13,6 +13,9 @@ from zbus.launcher.policy import RestartPolicy
 
 __all__ = ["ClusterFile", "ServiceSpec", "load_cluster", "load_cluster_file"]
 
+DEFAULT_SHUTDOWN = 30.0  # the sparkworker's ZBUS_SHUTDOWN_TIMEOUT; the others' is 5 s
+STOP_MARGIN = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class ServiceSpec:
@@ -27,6 +30,17 @@ class ServiceSpec:
     @property
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def stop_grace(self) -> float:
+        """Seconds the service has to stop on SIGTERM before it is killed: its own
+        graceful deadline (``ZBUS_SHUTDOWN_TIMEOUT``, else the longest default of a zbus
+        service, the sparkworker's 30 s) and 5 s to exit."""
+        try:
+            own = float(self.env.get("ZBUS_SHUTDOWN_TIMEOUT", DEFAULT_SHUTDOWN))
+        except ValueError:
+            own = DEFAULT_SHUTDOWN  # the service refuses it and exits at once
+        return min(own, 3600.0) + STOP_MARGIN
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ def read_pidfile(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def stop_cluster(state_dir: Path, out: IO[str], timeout: float = 60.0) -> int:
+def stop_cluster(state_dir: Path, out: IO[str], timeout: float = 300.0) -> int:
     """``zbus down``: ask the launcher recorded in the state dir to stop, and wait for it."""
     pidfile = state_dir / "run" / "cluster.json"
     running = read_pidfile(pidfile)

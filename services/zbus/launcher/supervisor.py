@@ -33,9 +33,8 @@ from zbus.launcher.procs import (
 )
 from zbus.launcher.state import read_pidfile, write_state
 
-__all__ = ["STOP_GRACE", "Cluster"]
+__all__ = ["Cluster"]
 
-STOP_GRACE = 10.0  # seconds a service has to stop on SIGTERM before it is killed
 TICK = 0.1  # seconds between two looks at the services
 LOG_LINES = 5  # lines of a service's log printed when it exits
 _SETTLED = (Phase.READY, Phase.GIVEN_UP)
@@ -275,15 +274,16 @@ class Cluster:
         self._write_state()
 
     def _terminate(self, slot: _Slot) -> int:
-        """Stop the service's process: SIGTERM, then SIGKILL past :data:`STOP_GRACE`."""
+        """Stop the service's process: SIGTERM, then SIGKILL past its ``stop_grace``."""
         proc = slot.proc
         assert proc is not None
+        grace = slot.spec.stop_grace
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=STOP_GRACE)
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
-                self.say(f"  {slot.spec.name:<12} did not stop within {STOP_GRACE:g} s; killing it")
+                self.say(f"  {slot.spec.name:<12} did not stop within {grace:g} s; killing it")
                 proc.kill()
                 proc.wait()
         return proc.returncode
