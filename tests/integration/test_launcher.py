@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,15 @@ import pytest
 from tests.support.ports import HeldPorts
 from tests.support.waiting import UNIT, wait_until
 from zbus.common.settings import ConfigError
-from zbus.launcher import Cluster, ServiceSpec, load_cluster, pid_alive
+from zbus.launcher import (
+    Cluster,
+    RestartPolicy,
+    ServiceSpec,
+    load_cluster,
+    load_cluster_file,
+    pid_alive,
+)
+from zbus.launcher.policy import Phase
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,7 +192,8 @@ def test_a_port_held_by_another_program_is_named(tmp_path: Path) -> None:
 
 def test_readiness_counts_only_the_launched_process(tmp_path: Path) -> None:
     # The admin port is free when the launcher looks, and taken before the service is
-    # ready (here: the launched service serves elsewhere, an impostor at the port).
+    # ready (here: the launched service serves elsewhere, an impostor at the port). The
+    # start fails; with one attempt allowed the service is given up at once.
     with HeldPorts() as held:  # the launcher is given it, the impostor takes it
         port = held.port
     impostor = subprocess.Popen(
@@ -200,18 +210,29 @@ def test_readiness_counts_only_the_launched_process(tmp_path: Path) -> None:
         port,
         {"ZBUS_ADMIN_PORT": "0", "ZBUS_SHUTDOWN_TIMEOUT": "2"},  # any port but ``port``
     )
-    cluster = Cluster([spec], tmp_path / "state", out)
+    cluster = Cluster([spec], tmp_path / "state", out, RestartPolicy(start_attempts=1))
+    (slot,) = cluster.slots
     try:
         assert impostor.stdout is not None
         for line in impostor.stdout:
             if b'"service ready"' in line:
                 break
-        with pytest.raises(ConfigError) as caught:
-            cluster._start(spec)
-        message = str(caught.value)
-        assert f"port {port} (first's admin port)" in message
+        cluster._launch(slot, time.monotonic())  # past the check of the ports at start
+        launched = slot.proc
+        assert launched is not None
+
+        def looked() -> bool:
+            cluster._look(slot, time.monotonic())
+            return slot.sup.phase is Phase.GIVEN_UP
+
+        wait_until(looked, timeout=30, what="the start to fail")
+        message = out.getvalue()
+        assert f"port {port} (first's admin port) answers for" in message
         assert f"zbus service echo (pid {impostor.pid})" in message
-        assert "ready  http" not in out.getvalue()
+        assert "given up after 1 failed start:" in message
+        assert "ready  http" not in message
+        assert launched.returncode is not None and slot.proc is None  # it was stopped
+        assert pid_alive(impostor.pid)
     finally:
         cluster._stop_all()
         impostor.terminate()
@@ -278,23 +299,53 @@ def test_a_service_still_starting_dies_with_the_launcher(tmp_path: Path) -> None
             os.kill(pid, signal.SIGKILL)
 
 
-def test_a_service_that_fails_to_start_stops_the_rest(tmp_path: Path) -> None:
+def test_a_service_that_fails_to_start_is_given_up_and_the_rest_go_on(tmp_path: Path) -> None:
     config, _ = _cluster_file(tmp_path, "good")
     with config.open("a") as fh, HeldPorts() as held:
+        fh.write("[restart]\nbackoff = 0.05\nbackoff_max = 0.1\n\n")
         fh.write('[[service]]\nname = "bad"\nmodule = "tests.support.echo_service"\n')
         fh.write(f'admin_port = {held.port}\nenv = {{ ZBUS_LOG_LEVEL = "LOUD" }}\n')
-    result = subprocess.run(
-        _zbus("up", "--config", str(config), "--state-dir", str(tmp_path / "s")),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert "bad exited with code 2 during start-up" in result.stdout
-    assert "log_level" in result.stdout
-    assert "good         stopped" in result.stdout
+    up = _Up(config, tmp_path / "s")
+    try:
+        up.read_until("stops the cluster")
+        text = "".join(up.lines)
+        assert text.count("bad          exited (exit status 2) during start-up") == 5, text
+        assert "(failed start 4 of 5)" in text and "given up after 5 failed starts" in text
+        assert "log_level" in text  # the last lines of its log
+        good = up.pids()["good"]
+        assert list(up.pids()) == ["good"]
+        up.proc.send_signal(signal.SIGTERM)
+        assert up.proc.wait(timeout=60 * UNIT) == 0
+        assert up.proc.stdout is not None
+        rest = up.proc.stdout.read()
+        assert "bad          not running (given up)" in rest
+        assert "good         stopped (exit 0)" in rest
+        assert not pid_alive(good)
+    finally:
+        up.stop()
+
+
+def test_a_stop_during_a_back_off_wait_is_prompt(tmp_path: Path) -> None:
+    config, _ = _cluster_file(tmp_path, "first", "second")
+    config.write_text("[restart]\nbackoff = 600\nbackoff_max = 600\n\n" + config.read_text())
+    up = _Up(config, tmp_path / "s")
+    try:
+        up.read_until("stops the cluster")
+        pids = up.pids()
+        os.kill(pids["first"], signal.SIGTERM)  # it exits 0, not asked to by the launcher
+        up.read_until("first        exited (exit status 0); restarting it in 600 s")
+        asked = time.monotonic()
+        up.proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert up.proc.wait(timeout=30 * UNIT) == 0
+        assert time.monotonic() - asked < 15 * UNIT  # not the back-off's 600 s
+        assert up.proc.stdout is not None
+        rest = up.proc.stdout.read()
+        assert "stopping the cluster (Ctrl-C)" in rest
+        assert "first        not running (its restart is called off)" in rest
+        assert "second       stopped (exit 0)" in rest
+        assert not pid_alive(pids["second"])
+    finally:
+        up.stop()
 
 
 def test_down_without_a_cluster_says_so(tmp_path: Path) -> None:
@@ -327,6 +378,11 @@ def test_down_without_a_cluster_says_so(tmp_path: Path) -> None:
             "[[service]]\nname='y'\nmodule='m'\nadmin_port=1\n",
             "admin ports must be unique",
         ),
+        ("restart = 3\n", r"\[restart\] must be a table"),
+        ("[restart]\nbackof = 1\n", "has no key 'backof'"),
+        ("[restart]\nbackoff = 'soon'\n", "backoff must be a number"),
+        ("[restart]\nstart_attempts = 2.5\n", "start_attempts must be a number"),
+        ("[restart]\nbackoff = 5\nbackoff_max = 1\n", "backoff_max must be at least"),
     ],
 )
 def test_bad_cluster_files_are_clear_errors(tmp_path: Path, content: str, message: str) -> None:
@@ -334,6 +390,14 @@ def test_bad_cluster_files_are_clear_errors(tmp_path: Path, content: str, messag
     path.write_text(content)
     with pytest.raises(ConfigError, match=message):
         load_cluster(path)
+
+
+def test_the_restart_table_sets_the_policy(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[restart]\nbackoff = 0.5\nbackoff_max = 4\nstart_attempts = 2\n")
+    policy = load_cluster_file(path).restart
+    assert (policy.backoff, policy.backoff_max, policy.start_attempts) == (0.5, 4.0, 2)
+    assert policy.healthy_after == 60.0
 
 
 def test_the_shipped_cluster_file_loads() -> None:

@@ -56,6 +56,7 @@ def cluster_file(
     *,
     services: tuple[str, ...] | None = None,
     env: Mapping[str, Mapping[str, str]] | None = None,
+    restart: Mapping[str, float] | None = None,
 ) -> Path:
     """Write the shipped cluster with moved ports to ``path``.
 
@@ -64,9 +65,12 @@ def cluster_file(
         ports: the port map (:func:`port_map`).
         services: the services to keep (all when None), in the shipped order.
         env: settings to add, by service name.
+        restart: the ``[restart]`` table (the launcher's back-off and give-up rules).
     """
     shipped = tomllib.loads(moved(SHIPPED.read_text(), ports))["service"]
     lines: list[str] = []
+    if restart:
+        lines += ["[restart]", *(f"{k} = {v}" for k, v in restart.items()), ""]
     for entry in shipped:
         if services is not None and entry["name"] not in services:
             continue
@@ -93,6 +97,8 @@ class LocalCluster:
     ports: Mapping[int, int]  # shipped port -> the port it runs on
     state_dir: Path
     config: Path
+    # `zbus up` (stdout: its lines after the summary); the block may stop it itself.
+    launcher: subprocess.Popen[str] | None = None
 
     ADMIN: ClassVar[dict[str, int]] = {
         "catalog": 8701,
@@ -123,6 +129,8 @@ def local_cluster(
     without: Iterable[str] = (),
     env: Mapping[str, Mapping[str, str]] | None = None,
     launcher_env: Mapping[str, str] | None = None,
+    restart: Mapping[str, float] | None = None,
+    output: list[str] | None = None,
 ) -> Iterator[LocalCluster]:
     """Run the shipped local cluster with ``zbus up`` until the block ends.
 
@@ -132,6 +140,8 @@ def local_cluster(
         without: services of the shipped file not to run (e.g. ``("sparkworker",)``).
         env: settings to add, by service name.
         launcher_env: environment of the launcher (every service inherits it).
+        restart: the cluster file's ``[restart]`` table.
+        output: where the launcher's lines up to its summary are put (when given).
     """
     shipped = [s["name"] for s in tomllib.loads(SHIPPED.read_text())["service"]]
     unknown = (set(services or ()) | set(without)) - set(shipped)
@@ -139,7 +149,9 @@ def local_cluster(
     if services is None and without:
         services = tuple(name for name in shipped if name not in set(without))
     ports, held = port_map()
-    config = cluster_file(tmp_path / "cluster.toml", ports, services=services, env=env)
+    config = cluster_file(
+        tmp_path / "cluster.toml", ports, services=services, env=env, restart=restart
+    )
     state = tmp_path / "state"
     held.release()
     launcher = subprocess.Popen(
@@ -162,7 +174,9 @@ def local_cluster(
             for log in sorted((state / "logs").glob("*.log")):
                 logs += f"\n--- {log.name}\n" + log.read_text(errors="replace")[-3000:]
             raise AssertionError("the cluster did not start:\n" + "".join(seen) + logs)
-        yield LocalCluster(ports, state, config)
+        if output is not None:
+            output += seen
+        yield LocalCluster(ports, state, config, launcher)
     finally:
         if launcher.poll() is None:
             launcher.send_signal(signal.SIGTERM)

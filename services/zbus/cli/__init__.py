@@ -140,11 +140,11 @@ def _describe(exc: Exception) -> str:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "up":
         from zbus.launcher import Cluster as LocalCluster
-        from zbus.launcher import load_cluster
+        from zbus.launcher import load_cluster_file
 
-        specs = load_cluster(args.config)
-        print(f"starting the zbus cluster ({len(specs)} services)", flush=True)
-        return LocalCluster(specs, args.state_dir, sys.stdout).run()
+        loaded = load_cluster_file(args.config)
+        print(f"starting the zbus cluster ({len(loaded.services)} services)", flush=True)
+        return LocalCluster(loaded.services, args.state_dir, sys.stdout, loaded.restart).run()
     if args.command == "down":
         from zbus.launcher import stop_cluster
 

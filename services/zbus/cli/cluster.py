@@ -4,6 +4,11 @@
 service's ``/api/v1/info`` and ``/readyz``) and prints one row per service, the catalog
 first. Its exit status is 0 when every service is ready, 1 otherwise (or when the
 catalog cannot be reached), so ``zbus status`` works as a health check in scripts.
+
+On the local cluster (``zbus up``) the catalog adds what the launcher knows: each
+service's restart count (a RESTARTS column), and the services it restarts or gave up
+on, which the catalog may have no registration for; a given-up service is named in the
+last line.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from zbus.cli.output import ago, duration, print_json, table
 from zbus.common.urls import split_url
 
 __all__ = ["add_parsers", "run_services", "run_status"]
+
+GIVEN_UP = "given up"
+# A launcher's states shown instead of the catalog's: the service is down.
+_DOWN = (GIVEN_UP, "restarting")
 
 
 def add_parsers(sub: Any) -> None:
@@ -61,6 +70,8 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
             "ready": bool(catalog.get("ready")),
             "checks": catalog.get("checks"),
             "error": None,
+            "restarts": catalog.get("restarts"),
+            "supervised": catalog.get("supervised"),
         }
     ]
     entries += [e for e in view["services"] if isinstance(e, dict)]
@@ -68,28 +79,33 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
     if args.json:
         print_json({"ready": ready, "catalog": cluster.catalog, "services": entries})
         return 0 if ready else 1
+    supervised = view.get("supervised") is True
     rows = []
     for e in entries:
         raw = e.get("info")
         info: dict[str, Any] = raw if isinstance(raw, dict) else {}
         flag = "yes" if e.get("ready") is True else "NO"  # no answer: not ready either
-        rows.append(
-            [
-                e.get("name"),
-                e.get("state"),
-                flag,
-                info.get("version", "-"),
-                duration(info.get("uptime_seconds")),
-                info.get("pid", "-"),
-                e.get("admin") or "-",
-                _failing(e),
-            ]
-        )
-    table(["SERVICE", "STATE", "READY", "VERSION", "UPTIME", "PID", "ADMIN", "DETAIL"], rows)
+        state = e.get("supervised") if e.get("supervised") in _DOWN else e.get("state")
+        row = [e.get("name"), state, flag]
+        if supervised:
+            restarts = e.get("restarts")
+            row.append(restarts if isinstance(restarts, int) else "-")
+        row += [
+            info.get("version", "-"),
+            duration(info.get("uptime_seconds")),
+            info.get("pid", "-"),
+            e.get("admin") or "-",
+            _failing(e),
+        ]
+        rows.append(row)
+    head = ["SERVICE", "STATE", "READY", *(["RESTARTS"] if supervised else [])]
+    table([*head, "VERSION", "UPTIME", "PID", "ADMIN", "DETAIL"], rows)
     waiting = sum(1 for e in entries if e.get("ready") is not True)
+    given_up = [str(e.get("name")) for e in entries if e.get("supervised") == GIVEN_UP]
     print(
         f"{len(entries)} services, "
         + ("all ready" if ready else f"{waiting} not ready")
+        + (f", given up: {', '.join(given_up)}" if given_up else "")
         + f" (catalog {cluster.catalog})"
     )
     return 0 if ready else 1

@@ -64,6 +64,7 @@ from zbus.runtime.admin import create_admin_app
 from zbus.runtime.lifeline import watch_lifeline
 from zbus.runtime.logship import install_log_shipping
 from zbus.runtime.registration import CatalogRegistration, name_taken
+from zbus.runtime.signals import defer_stop_signals, deferred_stop_signal
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +325,8 @@ class Service:
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 handled.append(sig)
         unwatch: Callable[[], None] | None = None
+        if (early := deferred_stop_signal()) is not None and early in handled:
+            self._on_signal(early)  # asked to stop while it was still loading: start, stop
         try:
             if self.settings.lifeline_fd is not None:
                 unwatch = watch_lifeline(loop, self.settings.lifeline_fd, self.request_stop)
@@ -478,6 +481,10 @@ def main(service_class: type[Service], settings_class: type[ServiceSettings]) ->
 def run(
     service_class: type[Service], settings_class: type[ServiceSettings], argv: Sequence[str]
 ) -> None:
+    """Run one service as the process's program, until it stops; exit status 2 when it
+    could not start, 1 after a failure. A stop signal before the service runs, or after,
+    while the process ends, is a graceful stop, never a death by signal."""
+    defer_stop_signals()
     try:
         settings = settings_class.load(argv)
     except ConfigError as exc:
@@ -493,6 +500,7 @@ def run(
             )
         service = service_class(settings)
         asyncio.run(service.run())
+        defer_stop_signals()  # its handlers are gone; the process is still ending
     except ConfigError as exc:
         log.error("cannot start", extra={"error": str(exc)})
         raise SystemExit(2) from None

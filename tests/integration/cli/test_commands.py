@@ -57,17 +57,19 @@ def test_status_is_one_table_of_the_cluster(env: dict[str, str], cluster: LocalC
     done = zbus("status", env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:3] == ["SERVICE", "STATE", "READY"]
+    # RESTARTS: the cluster runs under `zbus up`, which has restarted nothing.
+    assert lines[0].split()[:4] == ["SERVICE", "STATE", "READY", "RESTARTS"]
     rows = {line.split()[0]: line.split() for line in lines[2:] if line.strip()}
     assert set(rows) >= SERVICES
     for name in SERVICES:
-        assert rows[name][1:3] == ["active", "yes"], rows[name]
+        assert rows[name][1:4] == ["active", "yes", "0"], rows[name]
     assert lines[-1].startswith("5 services, all ready")
 
     view = zbus_json("status", "--catalog", cluster.url("catalog"))  # the flag, not the env
     assert view["ready"] is True
     assert {s["name"] for s in view["services"]} == SERVICES
     assert all(s["ready"] is True for s in view["services"])
+    assert all(s["restarts"] == 0 for s in view["services"])
 
 
 async def test_status_exits_1_when_a_service_is_not_ready(

@@ -107,6 +107,7 @@ def test_overview_shows_every_service_and_charts_of_the_cluster(
         live = row.locator('td[data-field="live"]')
         expect(live).to_have_attribute("data-ready", "true")
         expect(live).to_contain_text(re.compile(r"v\d+\.\d+\.\d+ · up .+ready"))
+        expect(live.locator("[data-restarts]")).to_have_text(" · 0 restarts")  # `zbus up`'s
         expect(row.locator("a")).to_have_attribute("href", re.compile(r"^http://127\.0\.0\.1:"))
     expect(page.locator("#catalog-summary")).to_have_attribute("data-ready", "true")
 

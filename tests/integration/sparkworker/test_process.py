@@ -17,7 +17,7 @@ import pytest
 from tests.support.archive import make_events, write_archive
 from tests.support.broker import running_broker
 from tests.support.service_log import logged_endpoints
-from tests.support.waiting import UNIT, async_wait_until
+from tests.support.waiting import UNIT, async_wait_until, wait_until
 from zbus.broker.client import AsyncBrokerClient
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,3 +101,52 @@ async def test_own_session_survives_a_job_that_stops_it(tmp_path: Path) -> None:
                 log.close()
     assert code == 0, (tmp_path / "sparkworker.log").read_text()
     assert "service stopped" in (tmp_path / "sparkworker.log").read_text()
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (Linux: SigCgt in its status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_while_it_still_loads_stops_it_with_status_0(
+    tmp_path: Path, refused_port: int
+) -> None:
+    # As soon as the process catches SIGTERM (before PySpark is even imported), a SIGTERM
+    # is a graceful stop: the service starts, closes its session and exits 0.
+    log = tmp_path / "sparkworker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "zbus.sparkworker",
+                "--admin-port",
+                "0",
+                "--broker-endpoint",
+                f"tcp://127.0.0.1:{refused_port}",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--spark-master",
+                "local[1]",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: _catches_sigterm(process.pid), what="the process to catch SIGTERM")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=WAIT) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = log.read_text()
+    assert '"signal received, shutting down"' in text and '"service stopped"' in text

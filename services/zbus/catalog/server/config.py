@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -50,6 +51,11 @@ class CatalogSettings(ServiceSettings):
         ge=0.5,
         le=60.0,
         description="seconds between the dashboard's samples of every service (0.5-60)",
+    )
+    launcher_state: Path | None = Field(
+        None,
+        description="the state file of the `zbus up` that runs this catalog (it sets it): "
+        "restart counts and given-up services in /api/v1/cluster (unset: none)",
     )
 
     def beacon_targets(self) -> list[str]:

@@ -53,6 +53,7 @@ from zbus.dashboard.cluster import ClusterTarget, admin_url, gather_cluster
 from zbus.dashboard.history import History
 from zbus.dashboard.proxy import AdminProxy
 from zbus.dashboard.sampler import Sampler
+from zbus.dashboard.supervised import merge_supervised, read_supervised
 from zbus.runtime.admin import TokenRequired
 from zbus.runtime.service import Service
 
@@ -417,15 +418,19 @@ class CatalogService(Service):
             service that does not answer has an ``error`` instead."""
             now = self.clock.time()
             checks = self.readiness()
+            catalog = {
+                **self.info(),
+                "ready": all(checks.values()),
+                "checks": checks,
+                "figures": self.figures(),
+            }
+            services = await gather_cluster(self.cluster_targets())
+            supervised = read_supervised(self.settings.launcher_state)
             return {
                 "time": now,
-                "catalog": {
-                    **self.info(),
-                    "ready": all(checks.values()),
-                    "checks": checks,
-                    "figures": self.figures(),
-                },
-                "services": await gather_cluster(self.cluster_targets()),
+                "catalog": catalog,
+                "services": merge_supervised(catalog, services, supervised),
+                "supervised": supervised is not None,
             }
 
         # Called by the base class's constructor: the dashboard's parts are made here.

@@ -26,7 +26,20 @@
     return list;
   }
 
+  // The launcher's restart count (`zbus up` only), after the rest of the cell.
+  function restartsOf(live) {
+    if (!live || typeof live.restarts !== "number") return "";
+    const text = ` · ${live.restarts} restart${live.restarts === 1 ? "" : "s"}`;
+    return el("span", { class: live.restarts ? "" : "muted", data: { restarts: String(live.restarts) }, text });
+  }
+
   function liveCell(live) {
+    const cell = liveParts(live);
+    cell.append(restartsOf(live));
+    return cell;
+  }
+
+  function liveParts(live) {
     const cell = el("td", { data: { field: "live", live: "none" } });
     if (!live) return cell;
     if (live.error) {
@@ -65,7 +78,7 @@
       { id: `service-${record.name}`, data: { service: record.name, state } },
       el("td", { data: { field: "name" } }, el("strong", { text: record.name })),
       el("td", { data: { field: "function" }, text: info.function ?? "" }),
-      el("td", { data: { field: "state" } }, el("span", { class: `state state-${state}`, text: state })),
+      el("td", { data: { field: "state" } }, el("span", { class: `state state-${state.replace(/ /g, "-")}`, text: state })),
       el("td", {
         data: { field: "heartbeat" },
         text: typeof record.last_heartbeat === "number" ? `${duration(now - record.last_heartbeat)} ago` : "–",
@@ -81,12 +94,19 @@
     const live = new Map();
     for (const entry of (cluster && cluster.services) || []) live.set(entry.name, entry);
     const now = cluster && typeof cluster.time === "number" ? cluster.time : Date.now() / 1000;
-    $("services-body").replaceChildren(...records.map((r) => serviceRow(r, live.get(r.name), now)));
-    $("services-table").hidden = records.length === 0;
-    $("services-empty").hidden = records.length !== 0;
+    // A service the launcher restarts or gave up on may have no registration: a row of
+    // its own, in the launcher's state ("given up", "restarting").
+    const registered = new Set(records.map((r) => r.name));
+    const down = [...live.values()]
+      .filter((e) => e.supervised && !registered.has(e.name))
+      .map((e) => ({ name: e.name, state: e.supervised, info: { admin: e.admin } }));
+    const rows = [...records, ...down];
+    $("services-body").replaceChildren(...rows.map((r) => serviceRow(r, live.get(r.name), now)));
+    $("services-table").hidden = rows.length === 0;
+    $("services-empty").hidden = rows.length !== 0;
     const counts = {};
-    for (const r of records) counts[r.state] = (counts[r.state] || 0) + 1;
-    $("services-count").textContent = records.length
+    for (const r of rows) counts[r.state] = (counts[r.state] || 0) + 1;
+    $("services-count").textContent = rows.length
       ? `(${Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ")})`
       : "";
   }
@@ -104,6 +124,7 @@
       el("strong", { text: "catalog" }),
       ` v${catalog.version} · up ${duration(catalog.uptime_seconds)} · `,
       el("span", { class: `ready-${Boolean(catalog.ready)}`, text: catalog.ready ? "ready" : "not ready" }),
+      restartsOf(catalog),
       endpoints.length ? el("span", { class: "muted", text: ` · ${endpoints.join(" · ")}` }) : "",
     );
     summary.dataset.ready = String(Boolean(catalog.ready));
