@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from zbus.cli.common import CliError, Cluster, add_catalog_option, add_json_option, located
 from zbus.cli.output import ago, duration, print_json, table
 from zbus.common.urls import split_url
+from zbus.launcher.procs import pid_alive
+from zbus.launcher.state import read_pidfile
 
 __all__ = ["add_parsers", "run_services", "run_status"]
 
@@ -36,6 +39,12 @@ def add_parsers(sub: Any) -> None:
     )
     add_catalog_option(status)
     add_json_option(status)
+    status.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".zbus"),
+        help="the local cluster's state dir, read when the catalog cannot be reached",
+    )
 
     services = sub.add_parser("services", help="the services registered with the catalog")
     actions = services.add_subparsers(dest="services_command", metavar="ACTION", required=True)
@@ -56,7 +65,15 @@ def _failing(entry: dict[str, Any]) -> str:
 
 
 def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
-    view = cluster.get(f"{cluster.catalog}/api/v1/cluster", "the catalog")
+    try:
+        view = cluster.get(f"{cluster.catalog}/api/v1/cluster", "the catalog")
+    except CliError as exc:
+        # The catalog itself may be the service the local cluster's launcher restarts or
+        # gave up: its state file still says which.
+        launcher = _launcher_view(getattr(args, "state_dir", None))
+        if launcher is None:
+            raise
+        return _print_launcher_view(args, launcher, str(exc))
     if not isinstance(view, dict) or not isinstance(view.get("services"), list):
         raise CliError(f"the catalog at {cluster.catalog} answered no cluster view")
     found = view.get("catalog")
@@ -109,6 +126,45 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
         + f" (catalog {cluster.catalog})"
     )
     return 0 if ready else 1
+
+
+def _launcher_view(state_dir: Path | None) -> list[dict[str, Any]] | None:
+    """The services of a running local cluster as its launcher sees them, or None."""
+    if state_dir is None:
+        return None
+    state = read_pidfile(state_dir / "run" / "cluster.json")
+    if state is None or not pid_alive(state["launcher"]):
+        return None
+    supervised = state.get("supervised")
+    if not isinstance(supervised, list):
+        return None
+    return [s for s in supervised if isinstance(s, dict)]
+
+
+def _print_launcher_view(args: argparse.Namespace, services: list[dict[str, Any]], why: str) -> int:
+    """``zbus status`` without the catalog: the launcher's state file; always exit 1."""
+    given_up = [str(s.get("name")) for s in services if s.get("state") == GIVEN_UP]
+    if args.json:
+        print_json({"ready": False, "error": why, "launcher": services})
+        return 1
+    print(f"{why}; the local cluster's launcher says:")
+    rows = [
+        [
+            s.get("name"),
+            s.get("state"),
+            s.get("restarts", "-"),
+            s.get("pid") or "-",
+            s.get("admin") or "-",
+            s.get("last_exit") or "",
+        ]
+        for s in services
+    ]
+    table(["SERVICE", "STATE", "RESTARTS", "PID", "ADMIN", "LAST EXIT"], rows)
+    print(
+        f"{len(services)} services, the catalog unreachable"
+        + (f", given up: {', '.join(given_up)}" if given_up else "")
+    )
+    return 1
 
 
 def run_services(args: argparse.Namespace, cluster: Cluster) -> int:
