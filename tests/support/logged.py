@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zbus.eventbus.core.log import LoggedEvent, logged_event
+from zbus.eventbus.core.log import Event
 
 TS = "2026-11-22T08:35:32.862Z"
 UUID = "9d5c1f3a-7e2b-4c8d-a6f0-3b1e5d7c9a24"
@@ -10,6 +10,6 @@ UUID = "9d5c1f3a-7e2b-4c8d-a6f0-3b1e5d7c9a24"
 
 def logged(
     seq: int, topic: str, producer: str = "p", ts: str = TS, uuid: str = UUID, data: bytes = b"d"
-) -> LoggedEvent:
+) -> Event:
     """An event as the log hands it back, with test defaults for what a test ignores."""
-    return logged_event(seq, topic, producer, ts, uuid, data)
+    return Event(seq, topic, producer, ts, uuid, data)

@@ -25,7 +25,7 @@ from tests.support.waiting import UNIT, wait_until
 from zbus.common.protocols import eventbus as eb
 from zbus.eventbus.client import BusEndpoints, EventBusClient
 from zbus.eventbus.server.service import EventBusService
-from zbus.eventbus.server.store import LoggedEvent, SqliteEventLogReader
+from zbus.eventbus.server.store import Event, SqliteEventLogReader
 
 CLIENT_ID = b"c0ffee00-7e2b-4c8d-a6f0-3b1e5d7c9a24"
 UNKNOWN_PING = (
@@ -38,7 +38,7 @@ def endpoint(bus: EventBusService) -> str:
     return bus.endpoints["mc0"]
 
 
-def logged(bus: EventBusService, topic: str) -> list[LoggedEvent]:
+def logged(bus: EventBusService, topic: str) -> list[Event]:
     """The events of ``topic`` in the bus's log, oldest first."""
     reader = SqliteEventLogReader(bus.log_path)
     try:

@@ -34,7 +34,7 @@ from zbus.eventbus.server.archive import (
     split_by_day,
 )
 from zbus.eventbus.server.metrics import BusMetrics
-from zbus.eventbus.server.store import LoggedEvent, NewEvent, SqliteEventLog
+from zbus.eventbus.server.store import Event, NewEvent, SqliteEventLog
 
 DAY1 = "2026-11-22T23:59:59.999Z"
 DAY2 = "2026-11-23T00:00:00.000Z"
@@ -64,7 +64,7 @@ def writer(log: SqliteEventLog, root: Path) -> Iterator[ArchiveWriter]:
     writer.close()
 
 
-def append(log: SqliteEventLog, *events: NewEvent) -> list[LoggedEvent]:
+def append(log: SqliteEventLog, *events: NewEvent) -> list[Event]:
     return log.append(list(events), 0.0).stored
 
 
@@ -94,9 +94,7 @@ def test_timestamps_parse_to_utc_and_garbage_is_none() -> None:
 
 def test_split_by_day_groups_in_order_and_counts_bad_timestamps() -> None:
     texts = [DAY1, DAY2, "2026-11-22T23:00:00-02:00", "not a time", DAY1]
-    events = [
-        LoggedEvent(i, "/t", "p", t, str(uuidlib.UUID(int=i)), b"") for i, t in enumerate(texts, 1)
-    ]
+    events = [Event(i, "/t", "p", t, str(uuidlib.UUID(int=i)), b"") for i, t in enumerate(texts, 1)]
     tables, bad = split_by_day(events, NOW)
     assert bad == 1
     assert {day: t.column("seq").to_pylist() for day, t in tables.items()} == {

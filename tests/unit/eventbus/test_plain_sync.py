@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zbus.common.protocols import eventbus as eb
+from zbus.eventbus.core.log import Event
 from zbus.eventbus.core.plain_sync import PlainSubscriptionCore
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, Phase
+from zbus.eventbus.core.sync import NOTHING, Actions, Phase
 
 TS = "2026-11-22T08:35:32.862Z"
 

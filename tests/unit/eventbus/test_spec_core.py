@@ -11,7 +11,7 @@ from tests.support.logged import logged
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.eventbus_limits import MAX_SUBTREES
-from zbus.eventbus.core.log import LoggedEvent
+from zbus.eventbus.core.log import Event
 from zbus.eventbus.core.spec import (
     MAX_ACTIVE,
     MAX_WAITING,
@@ -45,7 +45,7 @@ def syncstart(subtrees: tuple[str, ...] = (), seq: int = 0) -> list[bytes]:
     return eb.encode(eb.SyncStart(subtrees, seq))
 
 
-def sync(e: LoggedEvent, dialect: eb.Dialect = eb.SPEC) -> list[bytes]:
+def sync(e: Event, dialect: eb.Dialect = eb.SPEC) -> list[bytes]:
     return eb.encode(eb.Sync(e.topic, e.seq, e.producer, e.ts, e.uuid, e.data), dialect)
 
 

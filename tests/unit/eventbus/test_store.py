@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zbus.eventbus.server.store import (
+    Event,
     EventLogReader,
-    LoggedEvent,
     NewEvent,
     SqliteEventLog,
     SqliteEventLogReader,
@@ -57,8 +57,8 @@ def reader(log: SqliteEventLog) -> Iterator[SqliteEventLogReader]:
 
 def all_pages(
     reader: EventLogReader, subtrees: tuple[str, ...], since: int, limit: int
-) -> list[LoggedEvent]:
-    events: list[LoggedEvent] = []
+) -> list[Event]:
+    events: list[Event] = []
     after: str | None = None
     for _ in range(1000):  # bounded: a cursor that does not advance must fail, not hang
         page = reader.snapshot_page(subtrees, since, after, limit)
@@ -80,7 +80,7 @@ def test_sequences_are_contiguous_and_survive_reopen(path: Path) -> None:
     first = log.append([ev("/a", i) for i in range(3)], 1.0)
     second = log.append([ev("/b", i) for i in range(3, 5)], 2.0)
     assert [e.seq for e in first.stored + second.stored] == [1, 2, 3, 4, 5]
-    assert first.stored[0] == LoggedEvent(1, "/a", "prod", TS, uid(0), b"/a#0")
+    assert first.stored[0] == Event(1, "/a", "prod", TS, uid(0), b"/a#0")
     log.close()
 
     log = SqliteEventLog(path)
@@ -132,7 +132,7 @@ def test_a_failed_append_leaves_nothing_behind(
     broken = NewEvent(object(), "p", TS, uid(3), b"")  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="append failed"):
         log.append([ev("/a", 2), broken], 2.0)
-    assert reader.replay((), 0, 10) == [LoggedEvent(1, "/a", "prod", TS, uid(1), b"/a#1")]
+    assert reader.replay((), 0, 10) == [Event(1, "/a", "prod", TS, uid(1), b"/a#1")]
     assert reader.topics("", 10)[0].count == 1
     # The failed batch's uuids were not remembered and its sequences are reused.
     assert [e.seq for e in log.append([ev("/a", 2)], 3.0).stored] == [2]
@@ -176,18 +176,16 @@ TOPICS = ["/a", "/a/b", "/a/b/c", "/a/bc", "/a/c", "/ab", "/b/x", "/b/y", "/c", 
 
 
 @pytest.fixture
-def filled(log: SqliteEventLog) -> dict[str, LoggedEvent]:
+def filled(log: SqliteEventLog) -> dict[str, Event]:
     """Two rounds over TOPICS; returns the latest event of each topic."""
-    latest: dict[str, LoggedEvent] = {}
+    latest: dict[str, Event] = {}
     for round_ in range(2):
         stored = log.append([ev(t, round_ * 100 + i) for i, t in enumerate(TOPICS)], 1.0).stored
         latest.update((e.topic, e) for e in stored)
     return latest
 
 
-def expected(
-    latest: dict[str, LoggedEvent], subtrees: tuple[str, ...], since: int = 0
-) -> list[LoggedEvent]:
+def expected(latest: dict[str, Event], subtrees: tuple[str, ...], since: int = 0) -> list[Event]:
     return sorted(
         (
             e
@@ -205,7 +203,7 @@ def expected(
 )  # fmt: skip
 @pytest.mark.parametrize("limit", [1, 2, 3, 100])
 def test_snapshot_pages_cover_each_matching_topic_once(
-    filled: dict[str, LoggedEvent],
+    filled: dict[str, Event],
     reader: SqliteEventLogReader,
     subtrees: tuple[str, ...],
     limit: int,
@@ -214,7 +212,7 @@ def test_snapshot_pages_cover_each_matching_topic_once(
 
 
 def test_snapshot_page_since_cursor_and_read_point(
-    log: SqliteEventLog, filled: dict[str, LoggedEvent], reader: SqliteEventLogReader
+    log: SqliteEventLog, filled: dict[str, Event], reader: SqliteEventLogReader
 ) -> None:
     since = filled["/a/bc"].seq
     assert all_pages(reader, ("/a", "/b"), since, 2) == expected(filled, ("/a", "/b"), since)
@@ -232,7 +230,7 @@ def test_snapshot_page_since_cursor_and_read_point(
 
 
 def test_snapshot_stream_equals_the_pages_at_one_read_point(
-    log: SqliteEventLog, filled: dict[str, LoggedEvent], reader: SqliteEventLogReader
+    log: SqliteEventLog, filled: dict[str, Event], reader: SqliteEventLogReader
 ) -> None:
     subtrees = ("/a/", "/b")
     sequence, stream = reader.snapshot(subtrees, 3)
@@ -250,7 +248,7 @@ def test_snapshot_stream_equals_the_pages_at_one_read_point(
 
 
 def test_an_open_stream_blocks_the_reader_until_closed(
-    filled: dict[str, LoggedEvent], reader: SqliteEventLogReader
+    filled: dict[str, Event], reader: SqliteEventLogReader
 ) -> None:
     _, stream = reader.snapshot((), 0)
     next(stream)
@@ -260,9 +258,7 @@ def test_an_open_stream_blocks_the_reader_until_closed(
     assert len(reader.snapshot_page((), 0, None, 100).events) == len(TOPICS)
 
 
-def test_closing_a_reader_ends_its_stream(
-    filled: dict[str, LoggedEvent], log: SqliteEventLog
-) -> None:
+def test_closing_a_reader_ends_its_stream(filled: dict[str, Event], log: SqliteEventLog) -> None:
     reader = log.reader()
     _, stream = reader.snapshot((), 0)
     next(stream)
@@ -303,7 +299,7 @@ def test_prefix_ranges_match_plain_prefix_matching(
 
 
 def test_replay_recent_topics_and_stats(
-    log: SqliteEventLog, filled: dict[str, LoggedEvent], reader: SqliteEventLogReader, path: Path
+    log: SqliteEventLog, filled: dict[str, Event], reader: SqliteEventLogReader, path: Path
 ) -> None:
     everything = reader.replay((), 0, 100)
     assert [e.seq for e in everything] == list(range(1, 21))

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, Phase, SubscriptionCore
+from zbus.eventbus.core.log import Event
+from zbus.eventbus.core.sync import NOTHING, Actions, Phase, SubscriptionCore
 
 TS = "2026-11-22T08:35:32.862Z"
 

@@ -225,14 +225,7 @@ def encode(cmd: EventBusCommand, dialect: Dialect = SPEC) -> list[bytes]:
     try:
         # Ordered by traffic: BROADCAST and PUB are the hot path.
         if isinstance(cmd, Broadcast):
-            return [
-                cmd.topic.encode(),
-                _sequence_frame(cmd.sequence, ascii_seq),
-                cmd.producer.encode(),
-                cmd.timestamp.encode(),
-                cmd.uuid.encode(),
-                cmd.data,
-            ]
+            return _event_frames(cmd, _sequence_frame(cmd.sequence, ascii_seq))
         if isinstance(cmd, Pub):
             if not cmd.topic or cmd.topic[:1] == "\0":
                 raise EventFieldError(PROTOCOL, "topic", _NUL_TOPIC, command="PUB", got=cmd.topic)
@@ -246,26 +239,11 @@ def encode(cmd: EventBusCommand, dialect: Dialect = SPEC) -> list[bytes]:
                 )
             else:
                 seq_frame = _sequence_frame(seq, ascii_seq)
-            return [
-                cmd.topic.encode(),
-                seq_frame,
-                cmd.producer.encode(),
-                cmd.timestamp.encode(),
-                cmd.uuid.encode(),
-                cmd.data,
-            ]
+            return _event_frames(cmd, seq_frame)
         if isinstance(cmd, Heartbeat):
             return [_HUGZ, _sequence_frame(cmd.sequence, ascii_seq)]
         if isinstance(cmd, Sync):
-            return [
-                _SYNC,
-                cmd.topic.encode(),
-                _sequence_frame(cmd.sequence, ascii_seq),
-                cmd.producer.encode(),
-                cmd.timestamp.encode(),
-                cmd.uuid.encode(),
-                cmd.data,
-            ]
+            return [_SYNC, *_event_frames(cmd, _sequence_frame(cmd.sequence, ascii_seq))]
         if isinstance(cmd, SyncStart):
             name, head = "SYNCSTART", _SYNCSTART
         elif isinstance(cmd, SyncEnd):
@@ -284,6 +262,18 @@ def encode(cmd: EventBusCommand, dialect: Dialect = SPEC) -> list[bytes]:
             command=_COMMAND_NAMES.get(type(cmd)),
             got=str(exc),
         ) from None
+
+
+def _event_frames(cmd: Broadcast | Pub | Sync, sequence: bytes) -> list[bytes]:
+    """The six frames of an event: topic, sequence, producer, timestamp, uuid, data."""
+    return [
+        cmd.topic.encode(),
+        sequence,
+        cmd.producer.encode(),
+        cmd.timestamp.encode(),
+        cmd.uuid.encode(),
+        cmd.data,
+    ]
 
 
 _COMMAND_NAMES: dict[type, str] = {

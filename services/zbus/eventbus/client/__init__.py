@@ -53,7 +53,7 @@ from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
 from zbus.eventbus.client.mc0 import Mc0Client, Mc0Error, Mc0Message
 from zbus.eventbus.client.pppp import PPPPMessage, PPPPSubscriber
 from zbus.eventbus.client.pppp_asyncio import AsyncPPPPSubscriber
-from zbus.eventbus.core.sync import Event
+from zbus.eventbus.core.log import Event
 
 __all__ = [
     "AsyncEventBusClient",

@@ -33,7 +33,8 @@ from zbus.eventbus.client._protocol import ClientProtocol, Compat, ConfirmedPubl
 from zbus.eventbus.client._subscription import SubscriptionProtocol
 from zbus.eventbus.client._waiting import Flow, Wait
 from zbus.eventbus.client.endpoints import BusEndpoints, EndpointsArg
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionLogic
+from zbus.eventbus.core.log import Event
+from zbus.eventbus.core.sync import NOTHING, Actions, SubscriptionLogic
 
 __all__ = ["READS_PER_WAKE", "STREAM_RCVHWM", "ClientShell", "SubscriptionShell", "plain_context"]
 

@@ -19,8 +19,9 @@ from zbus.common.protocols.errors import ProtocolError
 from zbus.eventbus.client._log import log
 from zbus.eventbus.client._protocol import ClientProtocol
 from zbus.eventbus.client.endpoints import BusEndpoints
+from zbus.eventbus.core.log import Event
 from zbus.eventbus.core.plain_sync import PlainSubscriptionCore
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, SubscriptionCore, SubscriptionLogic
+from zbus.eventbus.core.sync import NOTHING, Actions, SubscriptionCore, SubscriptionLogic
 
 __all__ = ["SubscriptionProtocol"]
 

@@ -18,7 +18,7 @@ from zbus.eventbus.client._iteration import AsyncItems
 from zbus.eventbus.client._outbox import Item
 from zbus.eventbus.client._shell import ClientShell, SubscriptionShell
 from zbus.eventbus.client._waiting import run_async, wait_async
-from zbus.eventbus.core.sync import Event
+from zbus.eventbus.core.log import Event
 
 __all__ = ["AsyncEventBusClient", "AsyncSubscription"]
 

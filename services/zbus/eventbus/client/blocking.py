@@ -16,7 +16,7 @@ from zbus.eventbus.client._iteration import Items
 from zbus.eventbus.client._outbox import Item
 from zbus.eventbus.client._shell import ClientShell, SubscriptionShell
 from zbus.eventbus.client._waiting import run, wait
-from zbus.eventbus.core.sync import Event
+from zbus.eventbus.core.log import Event
 
 __all__ = ["EventBusClient", "Subscription"]
 

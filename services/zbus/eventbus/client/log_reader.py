@@ -11,7 +11,8 @@ from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.security import KeyPair, check_client, make_client
 from zbus.errors import ZbusError
 from zbus.eventbus.client.endpoints import BusEndpoints
-from zbus.eventbus.core.sync import Event, check_subtrees
+from zbus.eventbus.core.log import Event
+from zbus.eventbus.core.sync import check_subtrees
 
 __all__ = ["LogPage", "LogQueryError", "LogReader"]
 

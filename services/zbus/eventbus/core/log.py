@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
+
+from zbus.common.protocols import eventbus as eb
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +26,10 @@ class NewEvent:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class LoggedEvent:
-    """A stored event. Read back from the log, ``uuid`` is lower-case canonical text."""
+class Event(NamedTuple):
+    """An event in the log: as the log hands it out, and as a subscriber receives it.
+    Read back from the log, ``uuid`` is lower-case canonical text; ``data`` is the bytes
+    the producer sent. A tuple, so that building one per event costs the least."""
 
     seq: int
     topic: str
@@ -35,16 +38,27 @@ class LoggedEvent:
     uuid: str
     data: bytes
 
+    def unpack(self, *, lenient: bool = False) -> Any:
+        """``data`` unpacked as msgpack (how publishers pack anything but bytes).
+
+        ``lenient`` also reads what the Node.js peer may send: an empty frame for no data
+        (``None``) and text that is not UTF-8 (see ``eventbus.unpack_data``).
+
+        Raises:
+            ProtocolError: ``data`` is not one msgpack object.
+        """
+        return eb.unpack_data(self.data, lenient=lenient)
+
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    stored: list[LoggedEvent]
+    stored: list[Event]
     duplicates: list[tuple[str, int]]  # (uuid as given, the sequence it already has)
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    events: list[LoggedEvent]
+    events: list[Event]
     next: str | None  # cursor (the last topic of this page) or None when done
     sequence: int  # the log's last sequence at the page's read point
 
@@ -79,13 +93,9 @@ class EventLogReader(Protocol):
         max_bytes: int | None = None,
     ) -> Page: ...
 
-    def snapshot(
-        self, subtrees: tuple[str, ...], since: int
-    ) -> tuple[int, Iterator[LoggedEvent]]: ...
+    def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]: ...
 
-    def resume(
-        self, subtrees: tuple[str, ...], since: int
-    ) -> tuple[int, Iterator[LoggedEvent]]: ...
+    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]: ...
 
     def log_page(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
@@ -93,9 +103,9 @@ class EventLogReader(Protocol):
 
     def replay(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
-    ) -> list[LoggedEvent]: ...
+    ) -> list[Event]: ...
 
-    def recent(self, prefix: str, limit: int) -> list[LoggedEvent]: ...
+    def recent(self, prefix: str, limit: int) -> list[Event]: ...
 
     def topics(self, prefix: str, limit: int, after: str | None = None) -> list[TopicStat]: ...
 
@@ -123,24 +133,3 @@ class EventLog(Protocol):
     ) -> int: ...
 
     def close(self) -> None: ...
-
-
-# A frozen dataclass's __init__ goes through object.__setattr__ once per field; setting
-# the slots directly builds the same object in half the time, which matters for appends
-# and snapshot streams (one LoggedEvent per event).
-_SET_SEQ, _SET_TOPIC, _SET_PRODUCER, _SET_TS, _SET_UUID, _SET_DATA = (
-    getattr(LoggedEvent, f).__set__ for f in ("seq", "topic", "producer", "ts", "uuid", "data")
-)
-
-
-def logged_event(
-    seq: int, topic: str, producer: str, ts: str, uuid: str, data: bytes
-) -> LoggedEvent:
-    ev = object.__new__(LoggedEvent)
-    _SET_SEQ(ev, seq)
-    _SET_TOPIC(ev, topic)
-    _SET_PRODUCER(ev, producer)
-    _SET_TS(ev, ts)
-    _SET_UUID(ev, uuid)
-    _SET_DATA(ev, data)
-    return ev

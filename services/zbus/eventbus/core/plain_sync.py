@@ -43,7 +43,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from zbus.common.protocols import eventbus as eb
-from zbus.eventbus.core.sync import NOTHING, Actions, Event, Phase, SubscriptionState
+from zbus.eventbus.core.log import Event
+from zbus.eventbus.core.sync import NOTHING, Actions, Phase, SubscriptionState
 
 
 class PlainSubscriptionCore(SubscriptionState):

@@ -42,28 +42,7 @@ from typing import Any, NamedTuple, Protocol
 from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.eventbus_limits import subtrees_out_of_range
-
-
-class Event(NamedTuple):
-    """An event as a subscriber receives it; ``data`` is the bytes the producer sent."""
-
-    seq: int
-    topic: str
-    producer: str
-    ts: str
-    uuid: str
-    data: bytes
-
-    def unpack(self, *, lenient: bool = False) -> Any:
-        """``data`` unpacked as msgpack (how publishers pack anything but bytes).
-
-        ``lenient`` also reads what the Node.js peer may send: an empty frame for no data
-        (``None``) and text that is not UTF-8 (see ``eventbus.unpack_data``).
-
-        Raises:
-            ProtocolError: ``data`` is not one msgpack object.
-        """
-        return eb.unpack_data(self.data, lenient=lenient)
+from zbus.eventbus.core.log import Event
 
 
 def check_subtrees(subtrees: Iterable[str]) -> tuple[str, ...]:

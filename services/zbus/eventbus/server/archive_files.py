@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from zbus.common.archive_schema import ARCHIVE_SCHEMA
-from zbus.eventbus.core.log import LoggedEvent
+from zbus.eventbus.core.log import Event
 
 _TS = ARCHIVE_SCHEMA.field("ts").type
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -86,9 +86,7 @@ def timestamps(texts: Sequence[str], fallback: datetime) -> tuple[pa.Array, int]
     return pa.array([fallback if t is None else t for t in parsed], _TS), bad
 
 
-def split_by_day(
-    events: Sequence[LoggedEvent], fallback: datetime
-) -> tuple[dict[str, pa.Table], int]:
+def split_by_day(events: Sequence[Event], fallback: datetime) -> tuple[dict[str, pa.Table], int]:
     """The events as one table per UTC date (``YYYY-MM-DD``), rows in the given order, and
     how many timestamps did not parse (those events get ``fallback``, the flush's time)."""
     ts, bad = timestamps([e.ts for e in events], fallback)

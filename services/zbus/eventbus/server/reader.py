@@ -4,7 +4,7 @@ Apart from the writer (:mod:`zbus.eventbus.server.store`) because a reader is a
 connection of its own that never writes, used from other threads (snapshots, the admin
 API) and from the archive's child process, which needs no writer code. What only reads
 use lives here with it: topic prefixes turned into index ranges, rows decoded into
-:class:`~zbus.eventbus.core.log.LoggedEvent`. The schema is the writer's (see its module
+:class:`~zbus.eventbus.core.log.Event`. The schema is the writer's (see its module
 docstring).
 """
 
@@ -19,7 +19,7 @@ from typing import cast
 
 from zbus.common.sqlite import StoreError, connect
 from zbus.eventbus.core.flow import row_bytes
-from zbus.eventbus.core.log import LoggedEvent, LogStats, Page, TopicStat, logged_event
+from zbus.eventbus.core.log import Event, LogStats, Page, TopicStat
 
 # How errors name the file; the writer says the same.
 LOG_WHAT = "event log"
@@ -28,10 +28,10 @@ _COLUMNS = "e.seq, e.topic, e.producer, e.ts, e.uuid, e.data"
 _LATEST = f"SELECT {_COLUMNS} FROM topics AS t CROSS JOIN events AS e ON e.seq = t.last_seq"
 
 
-def _event(row: tuple[int, str, str, str, bytes, bytes]) -> LoggedEvent:
+def _event(row: tuple[int, str, str, str, bytes, bytes]) -> Event:
     seq, topic, producer, ts, raw, data = row
     h = raw.hex()
-    return logged_event(
+    return Event(
         seq, topic, producer, ts, f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", data
     )
 
@@ -111,7 +111,7 @@ class _Budget:
         self.taken = 0
         self.full = False
 
-    def take(self, e: LoggedEvent) -> bool:
+    def take(self, e: Event) -> bool:
         if self.taken >= self.rows:
             self.full = True
             return False
@@ -133,7 +133,7 @@ class SqliteEventLogReader:
         self.path = path
         self._conn = connect(path, cache_kib, create=False, what=LOG_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
-        self._stream_ref: weakref.ref[Iterator[int | LoggedEvent]] | None = None
+        self._stream_ref: weakref.ref[Iterator[int | Event]] | None = None
 
     def _begin(self) -> None:
         if self._conn.in_transaction:
@@ -142,7 +142,7 @@ class SqliteEventLogReader:
 
     def _latest(
         self, lo: str, hi: str | None, after: str | None, since: int, limit: int | None = None
-    ) -> Iterator[LoggedEvent]:
+    ) -> Iterator[Event]:
         # One query per range: each is an ordered walk of the topic index, and the ranges
         # are disjoint and sorted, so the results come out in topic order.
         where, params = _range_sql("t.topic", [(lo, hi)], after)
@@ -163,7 +163,7 @@ class SqliteEventLogReader:
         and no more than ``max_bytes`` of them (:func:`row_bytes`; at least one event)."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        events: list[LoggedEvent] = []
+        events: list[Event] = []
         budget = _Budget(limit, max_bytes)
         self._begin()
         try:
@@ -180,18 +180,16 @@ class SqliteEventLogReader:
             self._conn.execute("COMMIT")
         return Page(events, events[-1].topic if budget.full else None, sequence)
 
-    def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[LoggedEvent]]:
+    def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
         """The read point's sequence and every matching latest event, in one read
         transaction. The stream must be consumed or closed before this reader's next call;
         dropping it ends the transaction."""
         stream = self._stream(_ranges(subtrees), since)
         sequence = cast(int, next(stream))
         self._stream_ref = weakref.ref(stream)
-        return sequence, cast(Iterator[LoggedEvent], stream)
+        return sequence, cast(Iterator[Event], stream)
 
-    def _stream(
-        self, ranges: list[tuple[str, str | None]], since: int
-    ) -> Iterator[int | LoggedEvent]:
+    def _stream(self, ranges: list[tuple[str, str | None]], since: int) -> Iterator[int | Event]:
         self._begin()
         try:
             yield max_sequence(self._conn)
@@ -202,13 +200,13 @@ class SqliteEventLogReader:
 
     def replay(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
-    ) -> list[LoggedEvent]:
+    ) -> list[Event]:
         """Logged events (not only the latest) with seq > after_seq, in sequence order:
         ``limit`` at most, and no more than ``max_bytes`` of them (at least one)."""
         if max_bytes is None:
             return list(self._replay(subtrees, after_seq, limit))
         budget = _Budget(limit, max_bytes)
-        events: list[LoggedEvent] = []
+        events: list[Event] = []
         for event in self._replay(subtrees, after_seq, limit):
             if not budget.take(event):
                 break
@@ -222,7 +220,7 @@ class SqliteEventLogReader:
         and its ``sequence`` the log's last one, read in the same transaction (so every
         matching event up to it is in the pages from ``after_seq``)."""
         budget = _Budget(limit, max_bytes)
-        events: list[LoggedEvent] = []
+        events: list[Event] = []
         self._begin()
         try:
             sequence = max_sequence(self._conn)
@@ -236,23 +234,23 @@ class SqliteEventLogReader:
 
     def _replay(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int | None
-    ) -> Iterator[LoggedEvent]:
+    ) -> Iterator[Event]:
         where, params = _range_sql("e.topic", _ranges(subtrees))
         sql = f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where} ORDER BY e.seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return map(_event, self._conn.execute(sql, [_bound(after_seq), *params]))
 
-    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[LoggedEvent]]:
+    def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
         """:meth:`snapshot` for a client resuming after ``since``: every matching event
         above it, in sequence order (not only each topic's latest), in one read
         transaction, read as the stream is consumed."""
         stream = self._resume_stream(subtrees, since)
         sequence = cast(int, next(stream))
         self._stream_ref = weakref.ref(stream)
-        return sequence, cast(Iterator[LoggedEvent], stream)
+        return sequence, cast(Iterator[Event], stream)
 
-    def _resume_stream(self, subtrees: tuple[str, ...], since: int) -> Iterator[int | LoggedEvent]:
+    def _resume_stream(self, subtrees: tuple[str, ...], since: int) -> Iterator[int | Event]:
         self._begin()
         try:
             yield max_sequence(self._conn)
@@ -260,7 +258,7 @@ class SqliteEventLogReader:
         finally:
             self._conn.execute("COMMIT")
 
-    def recent(self, prefix: str, limit: int, after: int = 0) -> list[LoggedEvent]:
+    def recent(self, prefix: str, limit: int, after: int = 0) -> list[Event]:
         """The newest events whose topic starts with ``prefix`` and whose sequence is
         above ``after``, newest first. Reads the log backwards from its end, so a rare
         prefix costs a longer walk (never below ``after``)."""

@@ -35,7 +35,7 @@ from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
-    LoggedEvent,
+    Event,
     SqliteEventLog,
     SqliteEventLogReader,
     StoreError,
@@ -56,7 +56,7 @@ class PublishRequest(BaseModel):
     uuid: str | None = Field(None, description="event UUID (idempotency key); new if absent")
 
 
-def event_json(e: LoggedEvent) -> dict[str, Any]:
+def event_json(e: Event) -> dict[str, Any]:
     """An event for the admin API: data decoded from msgpack when it is msgpack."""
     try:
         data: Any = msgpack.unpackb(e.data, raw=False)

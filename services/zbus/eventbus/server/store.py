@@ -50,14 +50,13 @@ from zbus.common.sqlite import (
 )
 from zbus.eventbus.core.log import (
     AppendResult,
+    Event,
     EventLog,
     EventLogReader,
-    LoggedEvent,
     LogStats,
     NewEvent,
     Page,
     TopicStat,
-    logged_event,
 )
 from zbus.eventbus.server.reader import LOG_WHAT, MAX_STORED_SEQ, SqliteEventLogReader, max_sequence
 
@@ -68,10 +67,10 @@ __all__ = [
     "MAX_STORED_SEQ",
     "SCHEMA_VERSION",
     "AppendResult",
+    "Event",
     "EventLog",
     "EventLogReader",
     "LogStats",
-    "LoggedEvent",
     "NewEvent",
     "Page",
     "SqliteEventLog",
@@ -215,7 +214,7 @@ class SqliteEventLog:
             for seq, (e, raw) in enumerate(fresh, first):
                 topic, data = e.topic, e.data
                 rows.append((seq, topic, e.producer, e.ts, raw, data))
-                stored.append(logged_event(seq, topic, e.producer, e.ts, e.uuid, data))
+                stored.append(Event(seq, topic, e.producer, e.ts, e.uuid, data))
                 agg = per_topic.get(topic)
                 if agg is None:
                     per_topic[topic] = [seq, 1, len(data)]

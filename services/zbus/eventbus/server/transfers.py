@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from zbus.eventbus.core.log import EventLogReader, LoggedEvent
+from zbus.eventbus.core.log import Event, EventLogReader
 from zbus.eventbus.core.spec import OpenTransfer, ReadTransfer
 
 
@@ -21,7 +21,7 @@ class TransferReads:
     def __init__(self, open_reader: Callable[[], EventLogReader]) -> None:
         self._open_reader = open_reader
         self._readers: dict[int, EventLogReader] = {}
-        self._streams: dict[int, Iterator[LoggedEvent]] = {}
+        self._streams: dict[int, Iterator[Event]] = {}
 
     def open(self, action: OpenTransfer) -> int:
         """Open the transfer's connection and start its read; returns the read point's
@@ -31,10 +31,10 @@ class TransferReads:
         sequence, self._streams[action.transfer] = read(action.subtrees, action.since)
         return sequence
 
-    def read(self, action: ReadTransfer) -> tuple[list[LoggedEvent], bool]:
+    def read(self, action: ReadTransfer) -> tuple[list[Event], bool]:
         """The transfer's next events, ``action.limit`` at most and no more data than
         ``action.max_bytes`` past the first; True when the read reached the end."""
-        events: list[LoggedEvent] = []
+        events: list[Event] = []
         size, limit, max_bytes = 0, action.limit, action.max_bytes
         for e in self._streams[action.transfer]:
             events.append(e)

@@ -2,7 +2,7 @@
 
 Every action is a value: the shell performs it (a send, a read of the log, a reader
 closed) and hands the result to the core as an input. The log's events come back as
-:class:`~zbus.eventbus.core.log.LoggedEvent` values; the core reads their fields and
+:class:`~zbus.eventbus.core.log.Event` values; the core reads their fields and
 never the log.
 """
 

@@ -20,7 +20,7 @@ from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.protocols.eventbus_limits import EventFieldError
 from zbus.common.rejects import reject_reason
-from zbus.eventbus.core.log import LoggedEvent
+from zbus.eventbus.core.log import Event
 from zbus.eventbus.core.spec._actions import Refusal
 
 E = TypeVar("E")
@@ -81,7 +81,7 @@ class SpecCollector(Generic[E]):
 
     def confirmations(
         self,
-        stored: Sequence[LoggedEvent],
+        stored: Sequence[Event],
         duplicates: list[tuple[str, int]],
         confirms: list[Confirm],
     ) -> list[tuple[bytes, list[bytes]]]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from zbus.common.protocols import eventbus as eb
-from zbus.eventbus.core.log import LoggedEvent
+from zbus.eventbus.core.log import Event
 
 
 def matches(topic: str, subtrees: tuple[str, ...]) -> bool:
@@ -95,7 +95,7 @@ class SpecPublisher:
         """Apply one XPUB message; False when it is none (count it as refused)."""
         return self.subscriptions.update(message)
 
-    def broadcasts(self, stored: Sequence[LoggedEvent]) -> Iterator[list[bytes]]:
+    def broadcasts(self, stored: Sequence[Event]) -> Iterator[list[bytes]]:
         """The BROADCAST of each stored event some spec subscriber wants, in order."""
         subs = self.subscriptions
         if not subs.active:

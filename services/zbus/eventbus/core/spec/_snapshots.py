@@ -23,7 +23,7 @@ from zbus.common.protocols import eventbus as eb
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.rejects import reject_reason
-from zbus.eventbus.core.log import LoggedEvent
+from zbus.eventbus.core.log import Event
 from zbus.eventbus.core.spec._actions import (
     Action,
     OpenTransfer,
@@ -99,7 +99,7 @@ class SnapshotCore:
     def page_read(
         self,
         identity: bytes,
-        events: Sequence[LoggedEvent],
+        events: Sequence[Event],
         next_cursor: str | None,
         sequence: int,
         now: float,
@@ -118,7 +118,7 @@ class SnapshotCore:
         self.transfers.opened(transfer, sequence, now)
 
     def transfer_read(
-        self, transfer: int, events: Sequence[LoggedEvent], ended: bool, now: float
+        self, transfer: int, events: Sequence[Event], ended: bool, now: float
     ) -> None:
         """A :class:`ReadTransfer`'s events; ``ended`` when the read reached the end."""
         self.transfers.read(transfer, events, ended, now)

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zbus.common.protocols import eventbus as eb
-from zbus.eventbus.core.log import LoggedEvent
+from zbus.eventbus.core.log import Event
 from zbus.eventbus.core.spec._actions import (
     CloseTransfer,
     OpenTransfer,
@@ -176,7 +176,7 @@ class Transfers:
             t.sequence = sequence
             self._step(t, now)
 
-    def read(self, transfer: int, events: Sequence[LoggedEvent], ended: bool, now: float) -> None:
+    def read(self, transfer: int, events: Sequence[Event], ended: bool, now: float) -> None:
         """The transfer's next events; ``ended`` when its read reached the end."""
         t = self._in(transfer, State.READING)
         if t is None:

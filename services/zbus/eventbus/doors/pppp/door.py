@@ -55,7 +55,7 @@ from zbus.common.sqlite import StoreError
 from zbus.common.threads import SocketThread
 from zbus.eventbus.core.flow import hwm_for
 from zbus.eventbus.core.link import Outgoing
-from zbus.eventbus.core.log import EventLogReader, LoggedEvent
+from zbus.eventbus.core.log import Event, EventLogReader
 from zbus.eventbus.core.pppp import (
     Batch,
     CatchUpRead,
@@ -93,7 +93,7 @@ _POLLIN = int(zmq.POLLIN)
 _SRCFD = int(zmq.SRCFD)
 
 
-def payload_of(event: LoggedEvent) -> Payload:
+def payload_of(event: Event) -> Payload:
     """The PUBLISH payload frames of a logged event."""
     return payload_frames(
         event.seq, event.topic.encode("utf-8"), event.uuid, event.ts, event.producer, event.data
