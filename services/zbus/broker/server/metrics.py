@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from zbus.broker.core.interface import COUNTERS
@@ -73,8 +75,16 @@ class BrokerMetrics:
         self.events = values
 
     def transitions(self, jobs: list[Job]) -> None:
-        """Count per-queue transitions from the changed jobs of one round."""
+        """Count per-queue transitions from the changed jobs of one round: each counter
+        is added to once a round (a labelled child costs a lookup and a lock)."""
         states = self._states
+        counts: dict[tuple[str, str], int] = {}
+        durations: list[tuple[str, float]] = []
+
+        def count(queue: str, transition: str) -> None:
+            key = (queue, transition)
+            counts[key] = counts.get(key, 0) + 1
+
         for job in jobs:
             before = states.get(job.id)
             now = job.state
@@ -82,18 +92,27 @@ class BrokerMetrics:
                 continue
             if before is None and job.created == job.updated:
                 # New this round (one round shares one `now`), whatever state it reached.
-                self.jobs.labels(job.queue, "submitted").inc()
+                count(job.queue, "submitted")
             if now is JobState.RUNNING:
-                self.jobs.labels(job.queue, "started").inc()
+                count(job.queue, "started")
             elif before is JobState.RUNNING and now is JobState.QUEUED:
-                self.jobs.labels(job.queue, "retried").inc()
+                count(job.queue, "retried")
             if now.terminal:
                 if before is not JobState.RUNNING and job.started is not None:
                     # Started and finished within one round: count the start too.
-                    self.jobs.labels(job.queue, "started").inc()
-                self.jobs.labels(job.queue, now.value).inc()
+                    count(job.queue, "started")
+                count(job.queue, now.value)
                 if before is JobState.RUNNING and job.started is not None:
-                    self.duration.labels(job.queue).observe(max(0.0, job.updated - job.started))
+                    durations.append((job.queue, max(0.0, job.updated - job.started)))
                 states.pop(job.id, None)
             else:
                 states[job.id] = now
+        for (queue, transition), n in counts.items():
+            self.jobs.labels(queue, transition).inc(n)
+        if durations:
+            children: dict[str, Any] = {}
+            for queue, seconds in durations:
+                child = children.get(queue)
+                if child is None:
+                    child = children[queue] = self.duration.labels(queue)
+                child.observe(seconds)
