@@ -11,7 +11,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +172,45 @@ def tail(path: Path, lines: int = 15) -> list[str]:
     except OSError:
         return []
     return text.splitlines()[-lines:]
+
+
+@contextlib.contextmanager
+def terminal_foreground() -> Iterator[None]:
+    """Make this process the terminal's foreground group while the cluster runs.
+
+    Ctrl-C sends SIGINT to the terminal's whole foreground group: under ``make up`` that
+    is make too, which then dies of it (status 130) however cleanly the launcher stops.
+    In a group of its own in the foreground, the launcher alone gets Ctrl-C, stops the
+    cluster, and exits 0, and so does make. The group the terminal had is given back on
+    the way out. Nothing changes when stdin is not a terminal or the launcher runs in
+    the background.
+    """
+    try:
+        fd = sys.stdin.fileno()
+        before = os.tcgetpgrp(fd) if os.isatty(fd) else None
+    except (OSError, ValueError):  # no stdin, or not a terminal of this session
+        before = None
+    if before is None or before != os.getpgrp():
+        yield
+        return
+    try:
+        os.setpgid(0, 0)
+        _set_foreground(fd, os.getpgrp())
+    except OSError:  # a session leader cannot move: it is in the foreground already
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            _set_foreground(fd, before)
+
+
+def _set_foreground(fd: int, group: int) -> None:
+    # A process not in the foreground group that changes it gets SIGTTOU, which would
+    # stop it: ignored for the call, as shells do.
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(fd, group)
+    finally:
+        signal.signal(signal.SIGTTOU, old)

@@ -29,6 +29,7 @@ from zbus.launcher.procs import (
     pid_alive,
     pid_of,
     tail,
+    terminal_foreground,
     who,
 )
 from zbus.launcher.state import read_pidfile, write_state
@@ -122,10 +123,11 @@ class Cluster:
             return 1
         old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            try:
-                self._supervise()
-            finally:
-                self._stop_all()
+            with terminal_foreground():
+                try:
+                    self._supervise()
+                finally:
+                    self._stop_all()
         finally:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
