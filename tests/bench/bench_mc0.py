@@ -34,7 +34,7 @@ from typing import Any
 
 import zmq
 
-from tests.bench.bench_eventbus import Bus
+from tests.bench.eventbus_process import Bus
 from tests.support.ports import released_port
 from zbus.common.protocols import eventbus as eb
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import zmq
 
-from tests.bench.bench_eventbus import Bus
+from tests.bench.eventbus_process import Bus
 from tests.support.bus_process import memory_bytes
 from tests.support.ports import released_port
 from zbus import BusEndpoints, EventBusClient, PPPPSubscriber
