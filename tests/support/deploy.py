@@ -84,7 +84,9 @@ MANAGED_COMMON: Final = frozenset(
     }
 )
 MANAGED: Final = {
-    "catalog": MANAGED_COMMON | {"ZBUS_PORT", "ZBUS_UDP_PORT", "ZBUS_BEACON_PORT"},
+    # ZBUS_LAUNCHER_STATE: the state file of `zbus up`, which sets it; no launcher in a pod.
+    "catalog": MANAGED_COMMON
+    | {"ZBUS_PORT", "ZBUS_UDP_PORT", "ZBUS_BEACON_PORT", "ZBUS_LAUNCHER_STATE"},
     "eventbus": MANAGED_COMMON
     | {
         "ZBUS_PORT",
