@@ -10,6 +10,10 @@ target in brackets).
 - JetStream R3: three nats-servers in a cluster (routes), file storage, a stream of three
   replicas, the same client; zbus / R3 printed.
 
+Beside each rate, the CPU time an event of the servers (the bus process; every
+nats-server) and of the client (this process): nats-py spends about as long a publish
+as the whole round trip takes, so the R1 rate is mostly the Python client's.
+
 100-byte payloads everywhere. Rounds alternate zbus, R1, R3 (best of ``ROUNDS`` each), so
 drift on the shared machine hits all three. ``ZBUS_BENCH_JS_EVENTS`` (default 100,000)
 sizes a round.
@@ -23,6 +27,9 @@ import shutil
 import tempfile
 import time
 import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +44,36 @@ ROUNDS = int(os.environ.get("ZBUS_BENCH_ANCHOR_ROUNDS", "3"))
 PER_CONFIRM, IN_FLIGHT = 100, 8
 TARGET_R1 = 3.0
 STREAM = "BENCH"
-#: Client CPU seconds an event of each measured round, by the number of servers.
-CLIENT_CPU: dict[int, list[float]] = {1: [], 3: []}
 
 
-def _zbus_round(sock: zmq.Socket[bytes], n: int) -> float:
-    """Events/s of n events in ZB-PUB batches with confirm=True, every confirm received."""
-    frames = [
+@dataclass(slots=True)
+class Figures:
+    """Each measured round's rate, and CPU seconds an event of the servers and the client."""
+
+    rates: list[float] = field(default_factory=list)
+    server_cpu: list[float] = field(default_factory=list)
+    client_cpu: list[float] = field(default_factory=list)
+
+    def measure(self, pids: list[int], n: int, run: Callable[[], float]) -> None:
+        server, client = servers.cpu_seconds(pids), time.process_time()
+        self.rates.append(run())
+        self.client_cpu.append((time.process_time() - client) / n)
+        self.server_cpu.append((servers.cpu_seconds(pids) - server) / n)
+
+    def best(self) -> float:
+        return max(self.rates)
+
+    def line(self) -> str:
+        rounds = " / ".join(f"{r:,.0f}" for r in self.rates)
+        return (
+            f"rounds {rounds}; CPU an event: server {min(self.server_cpu) * 1e6:.1f} us, "
+            f"client {min(self.client_cpu) * 1e6:.1f} us"
+        )
+
+
+def _zbus_frames(n: int) -> list[list[bytes]]:
+    """n events as ZB-PUB batches with confirm=True (built before the clock starts)."""
+    return [
         ext.encode(
             ext.PubBatch(
                 tuple(
@@ -55,6 +85,10 @@ def _zbus_round(sock: zmq.Socket[bytes], n: int) -> float:
         )
         for _ in range(n // PER_CONFIRM)
     ]
+
+
+def _zbus_round(sock: zmq.Socket[bytes], frames: list[list[bytes]]) -> float:
+    """Events/s of the batches sent, every confirm received."""
     start = time.perf_counter()
     inflight = 0
     for f in frames:
@@ -65,7 +99,7 @@ def _zbus_round(sock: zmq.Socket[bytes], n: int) -> float:
             inflight -= 1
     for _ in range(inflight):
         sock.recv_multipart()
-    return n / (time.perf_counter() - start)
+    return len(frames) * PER_CONFIRM / (time.perf_counter() - start)
 
 
 async def _connect(urls: list[str]) -> Any:
@@ -100,18 +134,14 @@ async def _create_stream(urls: list[str], replicas: int) -> None:
 
 
 async def _js_round(urls: list[str], n: int) -> float:
-    """Events/s of n JetStream publishes, each one's ack awaited (an error ack raises).
-    Adds this process's CPU seconds to ``CLIENT_CPU``: the client's share of the work."""
+    """Events/s of n JetStream publishes, each one's ack awaited (an error ack raises)."""
     nc = await _connect(urls)
     try:
         js = nc.jetstream(timeout=30)
-        await js.publish_async("bench.warm", PAYLOAD)  # the async reply subscription
-        await js.publish_async_completed()
-        cpu, start = time.process_time(), time.perf_counter()
+        start = time.perf_counter()
         futures = [await js.publish_async("bench.js", PAYLOAD) for _ in range(n)]
         acks = await asyncio.gather(*futures)
         rate = n / (time.perf_counter() - start)
-        CLIENT_CPU[len(urls)].append((time.process_time() - cpu) / n)
         if any(ack.stream != STREAM for ack in acks):
             raise RuntimeError("an ack from another stream")
         return rate
@@ -128,7 +158,10 @@ async def _stored(urls: list[str]) -> int:
         await nc.close()
 
 
-def _rounds(tmp: Path) -> tuple[list[float], list[float], list[float], int, int]:
+def _rounds(tmp: Path) -> tuple[Figures, Figures, Figures, int]:
+    zb, one, three = Figures(), Figures(), Figures()
+    n = N // PER_CONFIRM * PER_CONFIRM
+    warm = max(PER_CONFIRM, n // 10 // PER_CONFIRM * PER_CONFIRM)
     bus = Bus(tmp / "bus")
     bus.start()
     ctx = zmq.Context()
@@ -139,72 +172,51 @@ def _rounds(tmp: Path) -> tuple[list[float], list[float], list[float], int, int]
             servers.jetstream(1, tmp / "r1") as r1,
             servers.jetstream(3, tmp / "r3") as r3,
         ):
-            asyncio.run(_create_stream(r1, 1))
-            asyncio.run(_create_stream(r3, 3))
-            warm = max(PER_CONFIRM, N // 10 // PER_CONFIRM * PER_CONFIRM)
-            _zbus_round(sock, warm)
-            asyncio.run(_js_round(r1, warm))
-            asyncio.run(_js_round(r3, warm))
-            for cpu in CLIENT_CPU.values():
-                cpu.clear()
-            zb: list[float] = []
-            one: list[float] = []
-            three: list[float] = []
+            asyncio.run(_create_stream(r1.urls, 1))
+            asyncio.run(_create_stream(r3.urls, 3))
+            _zbus_round(sock, _zbus_frames(warm))
+            asyncio.run(_js_round(r1.urls, warm))
+            asyncio.run(_js_round(r3.urls, warm))
             for _ in range(ROUNDS):
-                zb.append(_zbus_round(sock, N // PER_CONFIRM * PER_CONFIRM))
-                one.append(asyncio.run(_js_round(r1, N)))
-                three.append(asyncio.run(_js_round(r3, N)))
-            stored = (asyncio.run(_stored(r1)), asyncio.run(_stored(r3)))
+                zb.measure([bus.proc.pid], n, partial(_zbus_round, sock, _zbus_frames(n)))
+                one.measure(r1.pids, n, lambda: asyncio.run(_js_round(r1.urls, n)))
+                three.measure(r3.pids, n, lambda: asyncio.run(_js_round(r3.urls, n)))
+            stored = [asyncio.run(_stored(r.urls)) for r in (r1, r3)]
     finally:
         sock.close(linger=0)
         ctx.term()
         bus.stop()
-    expected = warm + 1 + ROUNDS * (N + 1)  # each round's warm-up publish too
+    expected = warm + ROUNDS * n
     for name, got in zip(("R1", "R3"), stored, strict=True):
         if got != expected:
             raise RuntimeError(f"JetStream {name} holds {got:,} messages, {expected:,} sent")
-    return zb, one, three, *stored
-
-
-def _fmt(rates: list[float]) -> str:
-    return " / ".join(f"{r:,.0f}" for r in rates)
-
-
-def _client_share(nodes: int, rate: float) -> str:
-    cpu = min(CLIENT_CPU[nodes]) * 1e6
-    return f"the nats-py client's CPU: {cpu:.1f} us an event of {1e6 / rate:.1f} us"
+    return zb, one, three, expected
 
 
 def main() -> bool:
     print("\n== anchor: NATS JetStream, durable publish with every ack awaited")
-    missing = [b for b in ("nats-server",) if servers.binary(b) is None]
-    if missing:
-        print(f"            {', '.join(missing)} not installed: apt-get install nats-server")
+    if servers.binary("nats-server") is None:
+        print("            nats-server not installed: apt-get install nats-server")
         return False
     tmp = Path(tempfile.mkdtemp(prefix="zbus-bench-js-"))
     try:
-        zb, one, three, stored, _ = _rounds(tmp)
+        zb, one, three, stored = _rounds(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    z, r1, r3 = max(zb), max(one), max(three)
+    z, r1, r3 = zb.best(), one.best(), three.best()
     met = z >= TARGET_R1 * r1
     print(
         f"zbus        confirmed publish, {PER_CONFIRM} events a confirm, {IN_FLIGHT} in flight: "
-        f"{z:>9,.0f} events/s  (rounds {_fmt(zb)})"
+        f"{z:>9,.0f} events/s"
     )
-    print(
-        f"jetstream   R1, one server, file storage, publish_async:   {r1:>9,.0f} events/s  "
-        f"(rounds {_fmt(one)}; {stored:,} stored)"
-    )
-    print(f"            {_client_share(1, r1)}")
+    print(f"            {zb.line()}")
+    print(f"jetstream   R1, one server, file storage, publish_async:   {r1:>9,.0f} events/s")
+    print(f"            {one.line()}; {stored:,} stored")
     print(
         f"            zbus / R1: {z / r1:.2f}x [target >= {TARGET_R1:g}x: {'yes' if met else 'NO'}]"
     )
-    print(
-        f"jetstream   R3, three servers (routes), file storage:      {r3:>9,.0f} events/s  "
-        f"(rounds {_fmt(three)})"
-    )
-    print(f"            {_client_share(3, r3)}")
+    print(f"jetstream   R3, three servers (routes), file storage:      {r3:>9,.0f} events/s")
+    print(f"            {three.line()}; {stored:,} stored in each")
     print(f"            zbus / R3: {z / r3:.2f}x")
     return met
 

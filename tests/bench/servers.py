@@ -7,12 +7,14 @@ Not a benchmark module itself (``python -m tests.bench`` runs the ``bench_*`` on
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.ports import released_port
@@ -22,6 +24,15 @@ def binary(name: str) -> str | None:
     """The path of a Debian server binary (they live in /usr/sbin, not always on PATH)."""
     path = shutil.which(name) or f"/usr/sbin/{name}"
     return path if Path(path).exists() else None
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system time of the processes so far (/proc/<pid>/stat, fields 14 and 15)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -68,10 +79,16 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline: float) -> N
             time.sleep(0.05)
 
 
+@dataclass(frozen=True, slots=True)
+class Nats:
+    urls: list[str]  # the client URLs, one a server
+    pids: list[int]
+
+
 @contextmanager
-def jetstream(nodes: int, store: Path) -> Iterator[list[str]]:
+def jetstream(nodes: int, store: Path) -> Iterator[Nats]:
     """``nodes`` nats-servers with JetStream on file storage under ``store``; with more than
-    one, a cluster whose routes join every node to the others. Yields the client URLs."""
+    one, a cluster whose routes join every node to the others."""
     path = binary("nats-server")
     if path is None:
         raise RuntimeError("nats-server is not installed: apt-get install nats-server")
@@ -105,6 +122,6 @@ def jetstream(nodes: int, store: Path) -> Iterator[list[str]]:
         deadline = time.monotonic() + 60
         for proc, (_, _, monitor) in zip(procs, ports, strict=True):
             _wait_healthy(f"http://127.0.0.1:{monitor}/healthz", proc, deadline)
-        yield [f"nats://127.0.0.1:{client}" for client, _, _ in ports]
+        yield Nats([f"nats://127.0.0.1:{c}" for c, _, _ in ports], [p.pid for p in procs])
     finally:
         stop(procs)
