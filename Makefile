@@ -39,7 +39,7 @@ lint: install ## ruff (lint + format check), mypy --strict and the import layers
 	$(BIN)/lint-imports
 
 bench: install ## benchmarks: figures and ratios to a baseline measured in the same run
-	$(PY) -m pip install --quiet --group bench
+	$(PY) -m pip install --quiet --group bench -c $(CONSTRAINTS)
 	@command -v redis-server >/dev/null && command -v nats-server >/dev/null || \
 	    (apt-get update -qq && apt-get install -y -qq redis-server nats-server >/dev/null)
 	$(PY) -m tests.bench
@@ -54,11 +54,12 @@ constraints: ## resolve every dependency afresh and pin the result in deploy/con
 	rm -rf .cache/lock
 	$(PYTHON) -m venv .cache/lock
 	.cache/lock/bin/pip install --quiet --upgrade pip
-	.cache/lock/bin/pip install --quiet '.[spark]' --group dev 'setuptools>=77'
+	.cache/lock/bin/pip install --quiet '.[spark]' --group dev --group bench 'setuptools>=77'
 	rm -rf build  # what setuptools left while building zbus: a later build would ship it
-	{ echo '# Every dependency of zbus, its Spark extra, its dev tools and its build backend,'; \
-	  echo '# pinned: `make install` and the images (deploy/Dockerfile*) install with'; \
-	  echo '# `-c deploy/constraints.txt`. Regenerate with `make constraints`.'; \
+	{ echo "# Every dependency of zbus, its Spark extra, its dev tools, its benchmarks' comparisons"; \
+	  echo '# and its build backend, pinned: `make install`, `make bench` and the images'; \
+	  echo '# (deploy/Dockerfile*) install with `-c deploy/constraints.txt`. Regenerate with'; \
+	  echo '# `make constraints`.'; \
 	  .cache/lock/bin/pip freeze --all --exclude zbus; } > $(CONSTRAINTS)
 	rm -rf .cache/lock
 
