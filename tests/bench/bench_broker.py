@@ -42,7 +42,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
-def _zbus(tmp: Path) -> tuple[float, float]:
+def zbus_jobs(tmp: Path) -> tuple[float, float]:
     client_port, worker_port, admin = released_port(), released_port(), released_port()
     env = {**os.environ, "ZBUS_LOG_LEVEL": "WARNING"}
     procs = [
@@ -171,7 +171,7 @@ def main() -> bool:
     print("\n== job broker")
     tmp = Path(tempfile.mkdtemp(prefix="zbus-bench-broker-"))
     try:
-        rate, p50 = _zbus(tmp)
+        rate, p50 = zbus_jobs(tmp)
         celery = _celery(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -2,7 +2,7 @@
 brackets).
 
 - zbus: no-op jobs, durable store on, 4 worker processes, results to a pipelined client
-  (the broker benchmark's own measurement, ``bench_broker._zbus``), and its single-job
+  (the broker benchmark's own measurement, ``bench_broker.zbus_jobs``), and its single-job
   round trip p50 [<= 1 ms];
 - Dramatiq: the same no-op actor, 4 worker processes (``--processes 4``) of 8 threads each
   (Dramatiq's default: each process prefetches twice its threads; with 1 thread it ran at
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import servers
-from tests.bench.bench_broker import JOBS, ROOT, WORKERS, _zbus
+from tests.bench.bench_broker import JOBS, ROOT, WORKERS, zbus_jobs
 
 DRAMATIQ_JOBS = int(os.environ.get("ZBUS_BENCH_DRAMATIQ_JOBS", "5000"))
 SINGLE = int(os.environ.get("ZBUS_BENCH_DRAMATIQ_SINGLE", "500"))
@@ -83,7 +83,7 @@ def _rounds(tmp: Path) -> tuple[list[tuple[float, float]], list[tuple[float, flo
             for _ in range(50):  # warm up: also waits for the workers to be up
                 app.noop.send().get_result(block=True, timeout=TIMEOUT_MS)
             for i in range(ROUNDS):
-                zb.append(_zbus(tmp / f"zbus{i}"))
+                zb.append(zbus_jobs(tmp / f"zbus{i}"))
                 dq.append(_dramatiq_round(app))
         finally:
             servers.stop([workers])

@@ -36,7 +36,8 @@ from typing import Any
 import zmq
 
 from tests.bench import servers
-from tests.bench.bench_eventbus import PAYLOAD, TS, Bus
+from tests.bench.eventbus_flows import PAYLOAD, TS
+from tests.bench.eventbus_process import Bus
 from zbus.common.protocols import eventbus_ext as ext
 
 N = int(os.environ.get("ZBUS_BENCH_JS_EVENTS", "100000"))
