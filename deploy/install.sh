@@ -59,6 +59,17 @@ PY
             binutils >/dev/null
     fi
     strip --strip-unneeded pyarrow/*.so*
+    # The other compiled modules (pydantic-core, pyzmq and its libzmq, msgpack) likewise.
+    find . -path ./pyarrow -prune -o -name '*.so*' -type f -print \
+        | xargs -r strip --strip-unneeded
+    # rich (the `zbus` command's tables and progress bars) depends on pygments for
+    # syntax highlighting, which zbus never asks for: its ~550 lexers go (8 MB), the
+    # package, its lexer index and its styles stay (rich falls back to plain text when
+    # a lexer is missing).
+    if [ -d pygments/lexers ]; then
+        find pygments/lexers -name '*.py' ! -name '__init__.py' ! -name '_mapping.py' -delete
+        rm -rf pygments/lexers/__pycache__
+    fi
     ;;
 zbus)
     $pip --no-deps .
