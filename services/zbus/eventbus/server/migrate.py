@@ -6,8 +6,8 @@ events in sequence order, groups them by the batches they were received in (the 
 ``batches`` table kept each batch's first sequence and receive time), writes them as
 stored batches, indexes every uuid at once, and drops the old tables, all in one
 transaction: a crash during it leaves the version-1 log as it was, and the next open
-starts again. It costs about a pass over the log (measured: ~10 s per million events
-here is the bound to expect); the file keeps the old tables' pages as free pages.
+starts again. It costs a pass over the log, read and written once (not measured at
+scale), and the file keeps the old tables' pages as free pages.
 """
 
 from __future__ import annotations

@@ -1,34 +1,38 @@
 """The event bus's durable log: SQLite in WAL mode, one writer thread, many readers.
 
-Layout (schema version 1; the file is marked with ``PRAGMA application_id``):
+The log is a sequence of stored batches (ADR 0008). Layout (schema version 2; the file
+is marked with ``PRAGMA application_id``):
 
-- ``events``: the log. ``seq`` is the rowid, so an append lands on the right edge of the
-  b-tree and the last sequence is one descent. The uuid is kept as 16 bytes.
+- ``batches``: one row per group commit, keyed by its first sequence: its last sequence,
+  event count, receive time, the events' uuids (16 bytes each) and a msgpack blob of their
+  topics, producers, timestamps and data, with a CRC-32 over both
+  (:class:`~zbus.eventbus.core.batchlog.StoredBatch`). An append is one row, so it costs
+  a B-tree insert per batch instead of per event; the row is also what replication ships
+  (:meth:`SqliteEventLogReader.batches`, :meth:`SqliteEventLog.append_stored`).
 - ``topics``: topic -> latest sequence, event count, total bytes, upserted once per topic
   per batch in the append's transaction. Snapshots are range reads of its primary key,
   and retention never deletes an event that it names as a topic's latest.
-- ``batches``: the receive time of each append, keyed by its first sequence: age
-  retention needs a time per batch, not a column per event.
-- ``uuids``: the duplicate index, (64-bit key of the uuid, sequence), complete up to the
-  ``indexed`` mark in ``meta``; the uuids of events above the mark are held in memory.
+- ``uuid_runs`` and ``bloom``: the duplicate index of the uuids below the ``indexed`` mark
+  in ``meta`` (see :mod:`zbus.eventbus.server.uuid_index`); the uuids above it are held in
+  a dict, which an open rebuilds from the batches above the mark (a bounded range).
+- ``meta``: the mark and the event count.
 
-Why the uuid index is not written on every append: uuids are random, so 1,000 of them
-land on ~1,000 different pages of an index of millions, and every commit then writes
-~4 MB of WAL for ~200 kB of events (measured: about 30,000 events/s at 300,000 events).
-Instead the newest uuids (``uuid_merge_every``, 200,000 by default: ~50 MB at most) stay in
-a dict, which an open rebuilds from the events above the mark (a bounded range, never
-the whole log), and are merged into the index in key order, one eighth per append, so
-each index page is written once per merge instead of once per event.
+Retention deletes events, not batches: a batch that keeps some (a topic's latest, or
+above a hold) is written again with those alone, its sequences then listed. Age
+retention uses the batches' receive times.
 
-Durability: ``synchronous=NORMAL`` in WAL mode keeps every committed transaction across a
-kill of the process (the WAL is in the OS page cache); ``fsync=True`` selects ``FULL`` to
-also survive a power cut. Everything here is plain blocking code for threads, never for
-an asyncio loop.
+Durability: one transaction per append; ``synchronous=NORMAL`` in WAL mode keeps every
+committed transaction across a kill of the process (the WAL is in the OS page cache);
+``fsync=True`` selects ``FULL`` to also survive a power cut. A batch whose CRC fails is
+refused with an error naming the file and the sequence, never skipped. A log of schema
+version 1 is migrated on open (:mod:`zbus.eventbus.server.migrate`). Everything here is
+plain blocking code for threads, never for an asyncio loop.
 
-The log is in three modules by role: the record types and the interfaces of writer and
-readers are in :mod:`zbus.eventbus.core.log`, the read side in
-:mod:`zbus.eventbus.server.reader`, and the writer is this module, which also re-exports
-their names.
+The log is in several modules by role: the record types and the interfaces of writer and
+readers are in :mod:`zbus.eventbus.core.log`, the stored batch in
+:mod:`zbus.eventbus.core.batchlog`, the read side in :mod:`zbus.eventbus.server.reader`,
+the uuid index in :mod:`zbus.eventbus.server.uuid_index`, and the writer is this module,
+which also re-exports their names.
 """
 
 from __future__ import annotations
