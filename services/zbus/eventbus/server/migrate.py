@@ -17,8 +17,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-import numpy as np
-
 from zbus.common.sqlite import StoreError
 from zbus.eventbus.core import batchlog
 from zbus.eventbus.server.uuid_index import SCHEMA as UUID_SCHEMA
@@ -94,7 +92,7 @@ def migrate_v1(conn: sqlite3.Connection, path: Path, app_id: int, version: int) 
             group.append(row)
         flush()
         last = seqs[-1] if seqs else 0
-        bulk_index(conn, b"".join(raws), np.array(seqs, dtype=np.int64), last)
+        bulk_index(conn, b"".join(raws), seqs, last)
         for table in ("events", "batches_v1", "uuids"):
             conn.execute(f"DROP TABLE {table}")
         conn.execute(f"PRAGMA user_version = {int(version)}")
