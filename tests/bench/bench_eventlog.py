@@ -6,6 +6,7 @@
   index, one transaction per batch, same pragmas. An untimed first round fills the uuid
   index; the timed rounds follow on the same growing log, each including one uuid index
   merge. The figure is the best round; the sustained rate over all rounds is printed too.
+  Target (issue 20): at least 0.6 of the bare insert's rate in the same run.
 - Reopen: opening a log of ``ZBUS_BENCH_LOG_EVENTS`` events (default 1,000,000; the
   full-size run sets 10,000,000) until ``last_sequence()`` answers. Target < 5 s.
 - Snapshot: streaming the latest event of 1,000,000 topics with ``snapshot()``. Target < 5 s.
@@ -27,7 +28,7 @@ from zbus.eventbus.server.store import NewEvent, SqliteEventLog
 BATCH = 1_000
 ROUND = 200_000  # events per timed round: one uuid index merge each
 ROUNDS = 5
-APPEND_TARGET = 150_000  # events/s
+APPEND_TARGET = 0.6  # of the bare INSERT's rate, measured in the same run
 SECONDS_TARGET = 5.0
 SNAPSHOT_TOPICS = 1_000_000
 TS = "2026-11-22T08:35:32.862Z"
@@ -125,15 +126,16 @@ def main() -> bool:
         best, baseline, sustained = _append_rates(log, bare)
         bare.close()
         ok = report(
-            [Result("append, batches of 1,000 x 100 B", best, baseline, None)],
+            [Result("append, batches of 1,000 x 100 B", best, baseline, 1 / APPEND_TARGET)],
             "event log (SQLite WAL, synchronous=NORMAL)",
         )
-        met = best >= APPEND_TARGET
+        ratio = best / baseline
+        met = ratio >= APPEND_TARGET
         print(
-            f"append best round {best:,.0f}/s, sustained {sustained:,.0f}/s over "
-            f"{ROUND * ROUNDS:,} events: target >= {APPEND_TARGET:,}/s  "
-            f"{'met' if met else 'NOT met'}"
+            f"append best round {best:,.0f}/s against a bare INSERT of {baseline:,.0f}/s: "
+            f"{ratio:.2f}x, target >= {APPEND_TARGET:g}x  {'yes' if met else 'NO'}"
         )
+        print(f"append sustained {sustained:,.0f}/s over {ROUND * ROUNDS:,} events")
         ok = ok and met
 
         # Reopen: top the same log up to the requested size (1,000 topics).

@@ -3,37 +3,106 @@
 Apart from the writer (:mod:`zbus.eventbus.server.store`) because a reader is a
 connection of its own that never writes, used from other threads (snapshots, the admin
 API) and from the archive's child process, which needs no writer code. What only reads
-use lives here with it: topic prefixes turned into index ranges, rows decoded into
-:class:`~zbus.eventbus.core.log.Event`. The schema is the writer's (see its module
-docstring).
+use lives here with it: topic prefixes turned into index ranges, stored batches read in
+sequence order and decoded into :class:`~zbus.eventbus.core.log.Event`. The schema is the
+writer's (see its module docstring).
+
+Reads by sequence (replay, log pages, resume, recent) decode the stored batches that
+cover the range, and build events only for the rows whose topic matches. Reads by topic
+(snapshots, topic stats) walk the topic index in order and look each latest event up in
+its batch; decoded batches are kept in a small cache, so that topics whose latest events
+share a batch cost one decode.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sqlite3
 import weakref
-from collections.abc import Generator, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
 from zbus.common.sqlite import StoreError, connect
+from zbus.eventbus.core.batchlog import BatchError, StoredBatch, uuid_texts
 from zbus.eventbus.core.flow import row_bytes
 from zbus.eventbus.core.log import Event, LogStats, Page, TopicStat
 
 # How errors name the file; the writer says the same.
 LOG_WHAT = "event log"
-_COLUMNS = "e.seq, e.topic, e.producer, e.ts, e.uuid, e.data"
-# The latest event of each topic: a range of the topic index, then one lookup per topic.
-_LATEST = f"SELECT {_COLUMNS} FROM topics AS t CROSS JOIN events AS e ON e.seq = t.last_seq"
+_BATCH_COLUMNS = "first_seq, last_seq, count, received, crc, seqs, uuids, rows"
+_CHUNK = 16  # stored batches per query of a sequential read
+_CACHED = 64  # decoded batches a reader keeps for lookups by sequence
+_LOOKUP_CHUNK = 1024  # topics per step of a snapshot walk
 
 
-def _event(row: tuple[int, str, str, str, bytes, bytes]) -> Event:
-    seq, topic, producer, ts, raw, data = row
-    h = raw.hex()
-    return Event(
-        seq, topic, producer, ts, f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", data
+def batches_from(
+    conn: sqlite3.Connection, after: int, *, before: int | None = None, newest_first: bool = False
+) -> Iterator[StoredBatch]:
+    """The stored batches holding a sequence above ``after`` (and, newest first, below
+    ``before``), read ``_CHUNK`` at a time: each query starts past the last batch read, so
+    rewriting a batch already read (retention) never shows it again."""
+    if newest_first:
+        bound = MAX_STORED_SEQ if before is None else before
+        sql = (
+            f"SELECT {_BATCH_COLUMNS} FROM batches WHERE first_seq < ?"
+            f" ORDER BY first_seq DESC LIMIT {_CHUNK}"
+        )
+        while True:
+            rows = conn.execute(sql, (bound,)).fetchall()
+            for row in rows:
+                if row[1] <= after:
+                    return
+                yield StoredBatch(*row)
+            if len(rows) < _CHUNK:
+                return
+            bound = rows[-1][0]
+    row = conn.execute(
+        "SELECT first_seq, last_seq FROM batches WHERE first_seq <= ?"
+        " ORDER BY first_seq DESC LIMIT 1",
+        (_bound(after),),
+    ).fetchone()
+    # Batches are disjoint ranges: the one holding ``after`` may hold more above it.
+    start = row[0] - 1 if row is not None and row[1] > after else after
+    sql = (
+        f"SELECT {_BATCH_COLUMNS} FROM batches WHERE first_seq > ?"
+        f" ORDER BY first_seq LIMIT {_CHUNK}"
     )
+    while True:
+        rows = conn.execute(sql, (_bound(start),)).fetchall()
+        yield from (StoredBatch(*row) for row in rows)
+        if len(rows) < _CHUNK:
+            return
+        start = rows[-1][1]
+
+
+def _matching(
+    batch: StoredBatch, after: int, prefixes: tuple[str, ...] | None, newest_first: bool = False
+) -> list[Event]:
+    """The batch's events above ``after`` whose topic starts with one of the prefixes
+    (None: every topic), built for those rows alone."""
+    topics, producers, stamps, data = batch.columns()
+    seqs = batch.sequences()
+    rows: Iterable[int] = range(len(seqs))
+    if newest_first:
+        rows = reversed(range(len(seqs)))
+    picked = [
+        i for i in rows if seqs[i] > after and (prefixes is None or topics[i].startswith(prefixes))
+    ]
+    if len(picked) == len(seqs) and not newest_first:
+        return list(map(Event, seqs, topics, producers, stamps, uuid_texts(batch.uuids), data))
+    raws = batch.uuids
+    texts = uuid_texts(b"".join(raws[16 * i : 16 * i + 16] for i in picked))
+    return [
+        Event(seqs[i], topics[i], producers[i], stamps[i], text, data[i])
+        for i, text in zip(picked, texts, strict=True)
+    ]
+
+
+def _prefixes(subtrees: Sequence[str]) -> tuple[str, ...] | None:
+    return None if not subtrees or "" in subtrees else tuple(subtrees)
 
 
 def _successor(prefix: str) -> str | None:
@@ -98,7 +167,8 @@ def _bound(seq: int) -> int:
 
 
 def max_sequence(conn: sqlite3.Connection) -> int:
-    return cast(int, conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+    row = conn.execute("SELECT last_seq FROM batches ORDER BY first_seq DESC LIMIT 1").fetchone()
+    return 0 if row is None else cast(int, row[0])
 
 
 class _Budget:
@@ -134,22 +204,74 @@ class SqliteEventLogReader:
         self._conn = connect(path, cache_kib, create=False, what=LOG_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
         self._stream_ref: weakref.ref[Iterator[int | Event]] | None = None
+        # first_seq -> (last_seq, seq -> event) of recently decoded batches. Safe across
+        # transactions: it serves lookups of topics' latest events, which retention
+        # never deletes and nothing rewrites.
+        self._cache: OrderedDict[int, tuple[int, dict[int, Event]]] = OrderedDict()
 
     def _begin(self) -> None:
         if self._conn.in_transaction:
             raise StoreError("this reader still has a snapshot stream open; finish or close it")
         self._conn.execute("BEGIN")
 
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[None]:
+        """One read transaction; a damaged batch is reported as a StoreError."""
+        self._begin()
+        try:
+            yield
+        except BatchError as exc:
+            raise StoreError(f"{self.path}: damaged event log: {exc}") from exc
+        finally:
+            self._conn.execute("COMMIT")
+
+    def _lookup(self, seqs: list[int]) -> dict[int, Event]:
+        """The events at these sequences (each some topic's latest)."""
+        out: dict[int, Event] = {}
+        cache = self._cache
+        last, events = -1, cast(dict[int, Event], {})  # the batch of the previous seq
+        for seq in sorted(seqs):
+            if seq > last:
+                for first, held in cache.items():
+                    if first <= seq <= held[0]:
+                        last, events = held
+                        break
+                else:
+                    last, events = self._decode_at(seq)
+            event = events.get(seq)
+            if event is not None:
+                out[seq] = event
+        return out
+
+    def _decode_at(self, seq: int) -> tuple[int, dict[int, Event]]:
+        """(last sequence, seq -> event) of the batch holding ``seq``, cached."""
+        row = self._conn.execute(
+            f"SELECT {_BATCH_COLUMNS} FROM batches WHERE first_seq <= ?"
+            " ORDER BY first_seq DESC LIMIT 1",
+            (seq,),
+        ).fetchone()
+        if row is None:
+            return -1, {}
+        batch = StoredBatch(*row)
+        events = {e.seq: e for e in batch.events()}
+        self._cache[batch.first_seq] = (batch.last_seq, events)
+        if len(self._cache) > _CACHED:
+            self._cache.popitem(last=False)
+        return batch.last_seq, events
+
     def _latest(
         self, lo: str, hi: str | None, after: str | None, since: int, limit: int | None = None
     ) -> Iterator[Event]:
         # One query per range: each is an ordered walk of the topic index, and the ranges
         # are disjoint and sorted, so the results come out in topic order.
-        where, params = _range_sql("t.topic", [(lo, hi)], after)
-        sql = f"{_LATEST} WHERE {where} AND t.last_seq > ? ORDER BY t.topic"
+        where, params = _range_sql("topic", [(lo, hi)], after)
+        sql = f"SELECT topic, last_seq FROM topics WHERE {where} AND last_seq > ? ORDER BY topic"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return map(_event, self._conn.execute(sql, [*params, _bound(since)]))
+        cur = self._conn.execute(sql, [*params, _bound(since)])
+        while rows := cur.fetchmany(_LOOKUP_CHUNK):
+            events = self._lookup([seq for _, seq in rows])
+            yield from (events[seq] for _, seq in rows if seq in events)
 
     def snapshot_page(
         self,
@@ -165,8 +287,7 @@ class SqliteEventLogReader:
             raise ValueError("limit must be at least 1")
         events: list[Event] = []
         budget = _Budget(limit, max_bytes)
-        self._begin()
-        try:
+        with self._read():
             sequence = max_sequence(self._conn)
             for lo, hi in _ranges(subtrees):
                 # One extra row tells whether another page follows.
@@ -176,8 +297,6 @@ class SqliteEventLogReader:
                     events.append(event)
                 if budget.full:
                     break
-        finally:
-            self._conn.execute("COMMIT")
         return Page(events, events[-1].topic if budget.full else None, sequence)
 
     def snapshot(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
@@ -190,27 +309,23 @@ class SqliteEventLogReader:
         return sequence, cast(Iterator[Event], stream)
 
     def _stream(self, ranges: list[tuple[str, str | None]], since: int) -> Iterator[int | Event]:
-        self._begin()
-        try:
+        with self._read():
             yield max_sequence(self._conn)
             for lo, hi in ranges:
                 yield from self._latest(lo, hi, None, since)
-        finally:
-            self._conn.execute("COMMIT")
 
     def replay(
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
     ) -> list[Event]:
         """Logged events (not only the latest) with seq > after_seq, in sequence order:
         ``limit`` at most, and no more than ``max_bytes`` of them (at least one)."""
-        if max_bytes is None:
-            return list(self._replay(subtrees, after_seq, limit))
         budget = _Budget(limit, max_bytes)
         events: list[Event] = []
-        for event in self._replay(subtrees, after_seq, limit):
-            if not budget.take(event):
-                break
-            events.append(event)
+        with self._read():
+            for event in self._replay(subtrees, after_seq):
+                if not budget.take(event):
+                    break
+                events.append(event)
         return events
 
     def log_page(
@@ -221,25 +336,18 @@ class SqliteEventLogReader:
         matching event up to it is in the pages from ``after_seq``)."""
         budget = _Budget(limit, max_bytes)
         events: list[Event] = []
-        self._begin()
-        try:
+        with self._read():
             sequence = max_sequence(self._conn)
-            for event in self._replay(subtrees, after_seq, limit + 1):
+            for event in self._replay(subtrees, after_seq):
                 if not budget.take(event):
                     break
                 events.append(event)
-        finally:
-            self._conn.execute("COMMIT")
         return Page(events, str(events[-1].seq) if budget.full else None, sequence)
 
-    def _replay(
-        self, subtrees: tuple[str, ...], after_seq: int, limit: int | None
-    ) -> Iterator[Event]:
-        where, params = _range_sql("e.topic", _ranges(subtrees))
-        sql = f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where} ORDER BY e.seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return map(_event, self._conn.execute(sql, [_bound(after_seq), *params]))
+    def _replay(self, subtrees: tuple[str, ...], after_seq: int) -> Iterator[Event]:
+        prefixes = _prefixes(subtrees)
+        for batch in batches_from(self._conn, after_seq):
+            yield from _matching(batch, after_seq, prefixes)
 
     def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
         """:meth:`snapshot` for a client resuming after ``since``: every matching event
@@ -251,47 +359,58 @@ class SqliteEventLogReader:
         return sequence, cast(Iterator[Event], stream)
 
     def _resume_stream(self, subtrees: tuple[str, ...], since: int) -> Iterator[int | Event]:
-        self._begin()
-        try:
+        with self._read():
             yield max_sequence(self._conn)
-            yield from self._replay(subtrees, since, None)
-        finally:
-            self._conn.execute("COMMIT")
+            yield from self._replay(subtrees, since)
 
     def recent(self, prefix: str, limit: int, after: int = 0) -> list[Event]:
         """The newest events whose topic starts with ``prefix`` and whose sequence is
         above ``after``, newest first. Reads the log backwards from its end, so a rare
         prefix costs a longer walk (never below ``after``)."""
-        where, params = _range_sql("e.topic", _ranges((prefix,)))
-        cur = self._conn.execute(
-            f"SELECT {_COLUMNS} FROM events AS e WHERE e.seq > ? AND {where}"
-            " ORDER BY e.seq DESC LIMIT ?",
-            [_bound(after), *params, limit],
-        )
-        return list(map(_event, cur))
+        prefixes = _prefixes((prefix,))
+        with self._read():
+            found = (
+                event
+                for batch in batches_from(self._conn, _bound(after), newest_first=True)
+                for event in _matching(batch, after, prefixes, newest_first=True)
+            )
+            return list(itertools.islice(found, max(limit, 0)))
 
     def topics(self, prefix: str, limit: int, after: str | None = None) -> list[TopicStat]:
         """Topics starting with ``prefix`` in order, from after the topic ``after``."""
-        where, params = _range_sql("t.topic", _ranges((prefix,)), after)
-        # The last event's time by its sequence (the key of events); retention may have
-        # deleted it, then the time is None.
-        cur = self._conn.execute(
-            "SELECT t.topic, t.count, t.bytes, t.last_seq,"
-            " (SELECT e.ts FROM events AS e WHERE e.seq = t.last_seq)"
-            f" FROM topics AS t WHERE {where} ORDER BY t.topic LIMIT ?",
-            [*params, limit],
-        )
-        return [TopicStat(*row) for row in cur]
+        where, params = _range_sql("topic", _ranges((prefix,)), after)
+        with self._read():
+            rows = self._conn.execute(
+                f"SELECT topic, count, bytes, last_seq FROM topics WHERE {where}"
+                " ORDER BY topic LIMIT ?",
+                [*params, limit],
+            ).fetchall()
+            # The last event's time (None if retention deleted it, which it never does to
+            # a topic's latest; a log copied without it may lack it).
+            latest = self._lookup([row[3] for row in rows])
+        stats = []
+        for topic, count, size, last in rows:
+            event = latest.get(last)
+            stats.append(TopicStat(topic, count, size, last, None if event is None else event.ts))
+        return stats
+
+    def batches(self, after_seq: int, limit: int) -> list[StoredBatch]:
+        """Up to ``limit`` stored batches holding sequences above ``after_seq``, as they
+        are stored: what a follower appends with
+        :meth:`~zbus.eventbus.server.store.SqliteEventLog.append_stored`. The first may
+        also hold sequences at or below ``after_seq``."""
+        with self._read():
+            return list(itertools.islice(batches_from(self._conn, after_seq), max(limit, 0)))
 
     def stats(self) -> LogStats:
-        self._begin()
-        try:
-            first = self._conn.execute("SELECT coalesce(min(seq), 0) FROM events").fetchone()[0]
+        with self._read():
+            row = self._conn.execute(
+                "SELECT first_seq FROM batches ORDER BY first_seq LIMIT 1"
+            ).fetchone()
+            first = 0 if row is None else row[0]
             last = max_sequence(self._conn)
             events = self._conn.execute("SELECT value FROM meta WHERE key = 'events'").fetchone()
             topics = self._conn.execute("SELECT count(*) FROM topics").fetchone()[0]
-        finally:
-            self._conn.execute("COMMIT")
         size = 0
         for suffix in ("", "-wal"):
             with contextlib.suppress(FileNotFoundError):

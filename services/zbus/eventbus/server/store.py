@@ -1,43 +1,46 @@
 """The event bus's durable log: SQLite in WAL mode, one writer thread, many readers.
 
-Layout (schema version 1; the file is marked with ``PRAGMA application_id``):
+The log is a sequence of stored batches (ADR 0008). Layout (schema version 2; the file
+is marked with ``PRAGMA application_id``):
 
-- ``events``: the log. ``seq`` is the rowid, so an append lands on the right edge of the
-  b-tree and the last sequence is one descent. The uuid is kept as 16 bytes.
+- ``batches``: one row per group commit, keyed by its first sequence: its last sequence,
+  event count, receive time, the events' uuids (16 bytes each) and a msgpack blob of their
+  topics, producers, timestamps and data, with a CRC-32 over both
+  (:class:`~zbus.eventbus.core.batchlog.StoredBatch`). An append is one row, so it costs
+  a B-tree insert per batch instead of per event; the row is also what replication ships
+  (:meth:`SqliteEventLogReader.batches`, :meth:`SqliteEventLog.append_stored`).
 - ``topics``: topic -> latest sequence, event count, total bytes, upserted once per topic
   per batch in the append's transaction. Snapshots are range reads of its primary key,
   and retention never deletes an event that it names as a topic's latest.
-- ``batches``: the receive time of each append, keyed by its first sequence: age
-  retention needs a time per batch, not a column per event.
-- ``uuids``: the duplicate index, (64-bit key of the uuid, sequence), complete up to the
-  ``indexed`` mark in ``meta``; the uuids of events above the mark are held in memory.
+- ``uuid_runs`` and ``bloom``: the duplicate index of the uuids below the ``indexed`` mark
+  in ``meta`` (see :mod:`zbus.eventbus.server.uuid_index`); the uuids above it are held in
+  a dict, which an open rebuilds from the batches above the mark (a bounded range).
+- ``meta``: the mark and the event count.
 
-Why the uuid index is not written on every append: uuids are random, so 1,000 of them
-land on ~1,000 different pages of an index of millions, and every commit then writes
-~4 MB of WAL for ~200 kB of events (measured: about 30,000 events/s at 300,000 events).
-Instead the newest uuids (``uuid_merge_every``, 200,000 by default: ~50 MB at most) stay in
-a dict, which an open rebuilds from the events above the mark (a bounded range, never
-the whole log), and are merged into the index in key order, one eighth per append, so
-each index page is written once per merge instead of once per event.
+Retention deletes events, not batches: a batch that keeps some (a topic's latest, or
+above a hold) is written again with those alone, its sequences then listed. Age
+retention uses the batches' receive times.
 
-Durability: ``synchronous=NORMAL`` in WAL mode keeps every committed transaction across a
-kill of the process (the WAL is in the OS page cache); ``fsync=True`` selects ``FULL`` to
-also survive a power cut. Everything here is plain blocking code for threads, never for
-an asyncio loop.
+Durability: one transaction per append; ``synchronous=NORMAL`` in WAL mode keeps every
+committed transaction across a kill of the process (the WAL is in the OS page cache);
+``fsync=True`` selects ``FULL`` to also survive a power cut. A batch whose CRC fails is
+refused with an error naming the file and the sequence, never skipped. A log of schema
+version 1 is migrated on open (:mod:`zbus.eventbus.server.migrate`). Everything here is
+plain blocking code for threads, never for an asyncio loop.
 
-The log is in three modules by role: the record types and the interfaces of writer and
-readers are in :mod:`zbus.eventbus.core.log`, the read side in
-:mod:`zbus.eventbus.server.reader`, and the writer is this module, which also re-exports
-their names.
+The log is in several modules by role: the record types and the interfaces of writer and
+readers are in :mod:`zbus.eventbus.core.log`, the stored batch in
+:mod:`zbus.eventbus.core.batchlog`, the read side in :mod:`zbus.eventbus.server.reader`,
+the uuid index in :mod:`zbus.eventbus.server.uuid_index`, and the writer is this module,
+which also re-exports their names.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -48,6 +51,8 @@ from zbus.common.sqlite import (
     open_schema,
     transaction,
 )
+from zbus.eventbus.core import batchlog
+from zbus.eventbus.core.batchlog import BatchError, StoredBatch
 from zbus.eventbus.core.log import (
     AppendResult,
     Event,
@@ -58,7 +63,16 @@ from zbus.eventbus.core.log import (
     Page,
     TopicStat,
 )
-from zbus.eventbus.server.reader import LOG_WHAT, MAX_STORED_SEQ, SqliteEventLogReader, max_sequence
+from zbus.eventbus.server.migrate import migrate_v1
+from zbus.eventbus.server.reader import (
+    LOG_WHAT,
+    MAX_STORED_SEQ,
+    SqliteEventLogReader,
+    batches_from,
+    max_sequence,
+)
+from zbus.eventbus.server.uuid_index import SCHEMA as UUID_SCHEMA
+from zbus.eventbus.server.uuid_index import UuidIndex
 
 # The writer's names and those of the records and the reader: this module stays the one
 # import for the whole log.
@@ -76,33 +90,34 @@ __all__ = [
     "SqliteEventLog",
     "SqliteEventLogReader",
     "StoreError",
+    "StoredBatch",
     "TopicStat",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x7A627573  # "zbus"
 
-_SCHEMA = """
-CREATE TABLE events(
-    seq INTEGER PRIMARY KEY, topic TEXT NOT NULL, producer TEXT NOT NULL,
-    ts TEXT NOT NULL, uuid BLOB NOT NULL, data BLOB NOT NULL);
+_SCHEMA = (
+    """
+CREATE TABLE batches(
+    first_seq INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, count INTEGER NOT NULL,
+    received REAL NOT NULL, crc INTEGER NOT NULL, seqs BLOB, uuids BLOB NOT NULL,
+    rows BLOB NOT NULL);
 CREATE TABLE topics(
     topic TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, count INTEGER NOT NULL,
     bytes INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE batches(first_seq INTEGER PRIMARY KEY, received REAL NOT NULL);
-CREATE TABLE uuids(
-    key INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(key, seq)) WITHOUT ROWID;
 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 INSERT INTO meta VALUES ('indexed', 0), ('events', 0);
 """
-_INSERT_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)"
+    + UUID_SCHEMA
+)
+_INSERT_BATCH = "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_TOPIC = (
     "INSERT INTO topics VALUES (?, ?, ?, ?) ON CONFLICT(topic) DO UPDATE SET"
     " last_seq = excluded.last_seq, count = count + excluded.count,"
     " bytes = bytes + excluded.bytes"
 )
 _RETENTION_CHUNK = 2_000
-_MERGE_SLICES = 8
 
 
 def _uuid_bytes(text: str) -> bytes:
@@ -117,14 +132,22 @@ def _uuid_bytes(text: str) -> bytes:
     raise ValueError(f"not a canonical uuid: {text!r}")
 
 
-_HALVES = struct.Struct(">qq")
+def _row(b: StoredBatch) -> tuple[object, ...]:
+    return (b.first_seq, b.last_seq, b.count, b.received, b.crc, b.seqs, b.uuids, b.rows)
 
 
-def _key(raw: bytes) -> int:
-    """The uuid index key: both halves folded into 64 bits (time-ordered uuids like v7
-    share their first half within a millisecond, so neither half alone will do)."""
-    high, low = _HALVES.unpack(raw)
-    return cast(int, high ^ low)
+def _per_topic(first: int, topics: list[str], data: list[bytes]) -> list[tuple[str, int, int, int]]:
+    """(topic, last sequence, events, bytes) of a contiguous run of events."""
+    per: dict[str, list[int]] = {}
+    for seq, (topic, d) in enumerate(zip(topics, data, strict=True), first):
+        agg = per.get(topic)
+        if agg is None:
+            per[topic] = [seq, 1, len(d)]
+        else:
+            agg[0] = seq
+            agg[1] += 1
+            agg[2] += len(d)
+    return [(t, a[0], a[1], a[2]) for t, a in per.items()]
 
 
 class SqliteEventLog:
@@ -138,16 +161,17 @@ class SqliteEventLog:
         uuid_merge_every: int = 200_000,
         checkpoint_pages: int = 4000,
     ) -> None:
-        """Open or create the log.
+        """Open or create the log (a version-1 log is migrated first, see
+        :mod:`zbus.eventbus.server.migrate`).
 
         ``checkpoint_pages=0`` turns SQLite's automatic checkpoints off: the writer then
         never waits for a checkpoint's fsync, and the owner runs :func:`checkpoint` from
         another thread instead (the event bus does, once a second).
         """
         self.path = Path(path)
-        self._merge_every = max(1, uuid_merge_every)
         conn = self._conn = connect(self.path, 65_536, create=True, what=LOG_WHAT)
         try:
+            migrate_v1(conn, self.path, APPLICATION_ID, SCHEMA_VERSION)
             open_schema(
                 conn,
                 self.path,
@@ -160,24 +184,50 @@ class SqliteEventLog:
             configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
             self._last = max_sequence(conn)
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            self._indexed: int = meta["indexed"]
             self._events: int = meta["events"]
-            # uuid -> seq of events above the index mark (see the module docstring).
-            self._pending: dict[bytes, int] = dict(
-                conn.execute("SELECT uuid, seq FROM events WHERE seq > ?", (self._indexed,))
+            indexed: int = meta["indexed"]
+            self._index = UuidIndex(
+                conn, uuid_merge_every, indexed, self._window(indexed), self._uuid_at
             )
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"{self.path}: cannot read the event log: {exc}") from exc
+            if isinstance(exc, BatchError):
+                raise StoreError(f"{self.path}: damaged event log: {exc}") from exc
             raise
-        self._merging: dict[bytes, int] = {}
-        self._merge_rows: list[tuple[int, int]] = []  # (key, seq) sorted
-        self._merge_pos = 0
-        self._merge_hi = 0
         self._retention_hold: int | None = None
         self._holds: dict[str, int | None] = {}
         self._holds_lock = threading.Lock()
+
+    def _window(self, indexed: int) -> Iterator[tuple[bytes, int]]:
+        """(uuid, seq) of the events above the index mark: a bounded range of batches."""
+        for batch in batches_from(self._conn, indexed):
+            batch.check()
+            raws = batch.uuids
+            for i, seq in enumerate(batch.sequences()):
+                if seq > indexed:
+                    yield raws[16 * i : 16 * i + 16], seq
+
+    def _uuid_at(self, seq: int) -> bytes | None:
+        row = self._conn.execute(
+            "SELECT first_seq, last_seq, seqs, uuids FROM batches WHERE first_seq <= ?"
+            " ORDER BY first_seq DESC LIMIT 1",
+            (seq,),
+        ).fetchone()
+        if row is None or row[1] < seq:
+            return None
+        first, _, seqs, raws = row
+        if seqs is None:
+            i = seq - first
+        else:
+            found = seqs.find(seq.to_bytes(8, "little"))
+            while found % 8:  # an unaligned match is not a sequence
+                found = seqs.find(seq.to_bytes(8, "little"), found + 1)
+            if found < 0:
+                return None
+            i = found // 8
+        return cast(bytes, raws[16 * i : 16 * i + 16])
 
     def last_sequence(self) -> int:
         return self._last
@@ -186,105 +236,97 @@ class SqliteEventLog:
         return transaction(self._conn, self.path, what)
 
     def append(self, batch: Sequence[NewEvent], received_at: float) -> AppendResult:
-        """Store the batch in one transaction: drop duplicates, sequence, index, commit."""
+        """Store the batch as one stored batch in one transaction: drop duplicates,
+        sequence, update the topic index, commit."""
         raws = [_uuid_bytes(e.uuid) for e in batch]
-        if not self._merge_rows and len(self._pending) >= self._merge_every:
-            self._start_merge()
+        index = self._index
+        index.before_append(self._last)
+        known = index.known(raws)
         duplicates: list[tuple[str, int]] = []
-        merge_pos = self._merge_pos
-        first = self._last + 1
-        with self._transaction("append") as conn:
-            known = self._known(raws)
-            fresh: list[tuple[NewEvent, bytes]]
-            if not known and len(set(raws)) == len(raws):
-                fresh = list(zip(batch, raws, strict=True))  # the common case
-            else:
-                fresh = []
-                seen: dict[bytes, int] = {}
-                for e, raw in zip(batch, raws, strict=True):
-                    old = known.get(raw) or seen.get(raw)
-                    if old is None:
-                        seen[raw] = first + len(fresh)
-                        fresh.append((e, raw))
-                    else:
-                        duplicates.append((e.uuid, old))
-            rows = []
-            stored = []
-            per_topic: dict[str, list[int]] = {}
-            for seq, (e, raw) in enumerate(fresh, first):
-                topic, data = e.topic, e.data
-                rows.append((seq, topic, e.producer, e.ts, raw, data))
-                stored.append(Event(seq, topic, e.producer, e.ts, e.uuid, data))
-                agg = per_topic.get(topic)
-                if agg is None:
-                    per_topic[topic] = [seq, 1, len(data)]
+        fresh: Sequence[NewEvent] = batch
+        if known or len(set(raws)) != len(raws):
+            fresh, fresh_raws = [], []
+            seen: dict[bytes, int] = {}
+            for e, raw in zip(batch, raws, strict=True):
+                old = known.get(raw) or seen.get(raw)
+                if old is None:
+                    seen[raw] = self._last + 1 + len(fresh)
+                    fresh.append(e)
+                    fresh_raws.append(raw)
                 else:
-                    agg[0] = seq
-                    agg[1] += 1
-                    agg[2] += len(data)
-            if rows:
-                conn.executemany(_INSERT_EVENT, rows)
-                conn.executemany(_UPSERT_TOPIC, [(t, *a) for t, a in per_topic.items()])
-                conn.execute("INSERT INTO batches VALUES (?, ?)", (first, received_at))
-                conn.execute("UPDATE meta SET value = value + ? WHERE key = 'events'", (len(rows),))
-                if self._merge_rows:
-                    merge_pos = self._merge_slice()
-        self._last = first + len(rows) - 1
-        self._events += len(rows)
-        self._pending.update((row[4], row[0]) for row in rows)
-        self._merge_pos = merge_pos
-        if self._merge_rows and merge_pos >= len(self._merge_rows):
-            self._indexed = self._merge_hi
-            self._merging = {}
-            self._merge_rows = []
+                    duplicates.append((e.uuid, old))
+            raws = fresh_raws
+        if not fresh:
+            return AppendResult([], duplicates)
+        first = self._last + 1
+        seqs = range(first, first + len(fresh))
+        topics = [e.topic for e in fresh]
+        producers = [e.producer for e in fresh]
+        stamps = [e.ts for e in fresh]
+        data = [e.data for e in fresh]
+        stored = list(map(Event, seqs, topics, producers, stamps, [e.uuid for e in fresh], data))
+        try:
+            encoded = batchlog.encode(
+                seqs, received_at, b"".join(raws), (topics, producers, stamps, data)
+            )
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"{self.path}: append failed: {exc}") from exc
+        self._write(encoded, _per_topic(first, topics, data), raws, merge=True)
         return AppendResult(stored, duplicates)
 
-    def _known(self, raws: list[bytes]) -> dict[bytes, int]:
-        """The sequences of those uuids that are already in the log."""
-        known: dict[bytes, int] = {}
-        probe: set[bytes] = set()
-        for raw in raws:
-            seq = self._pending.get(raw) or self._merging.get(raw)
-            if seq is not None:
-                known[raw] = seq
-            else:
-                probe.add(raw)
-        if not probe or (self._indexed == 0 and not self._merge_rows):
-            return known  # nothing has been merged into the index yet
-        keys = [_key(raw) for raw in probe]
-        hits: list[int] = []
-        for i in range(0, len(keys), 512):
-            chunk = keys[i : i + 512]
-            # Pad to a power of two so that a handful of statements stay prepared.
-            size = max(16, 1 << (len(chunk) - 1).bit_length())
-            chunk += [chunk[0]] * (size - len(chunk))
-            sql = f"SELECT seq FROM uuids WHERE key IN ({','.join('?' * size)})"
-            hits += (seq for (seq,) in self._conn.execute(sql, chunk))
-        # A key is 64 bits of the uuid: confirm each hit against the event's full uuid.
-        for seq in hits:
-            row = self._conn.execute("SELECT uuid FROM events WHERE seq = ?", (seq,)).fetchone()
-            if row is not None and row[0] in probe:
-                known[row[0]] = seq
-        return known
+    def _write(
+        self,
+        batch: StoredBatch,
+        per_topic: list[tuple[str, int, int, int]],
+        raws: list[bytes],
+        *,
+        merge: bool,
+    ) -> None:
+        try:
+            with self._transaction("append") as conn:
+                conn.execute(_INSERT_BATCH, _row(batch))
+                conn.executemany(_UPSERT_TOPIC, per_topic)
+                conn.execute(
+                    "UPDATE meta SET value = value + ? WHERE key = 'events'", (batch.count,)
+                )
+                if merge:
+                    self._index.merge_step()
+        except BaseException:
+            self._index.rolled_back()
+            raise
+        self._last = batch.last_seq
+        self._events += batch.count
+        self._index.stored(raws, batch.sequences())
+        self._index.committed()
 
-    def _start_merge(self) -> None:
-        self._merging, self._pending = self._pending, {}
-        self._merge_rows = sorted((_key(raw), seq) for raw, seq in self._merging.items())
-        self._merge_pos = 0
-        self._merge_hi = self._last
+    def append_stored(self, batch: StoredBatch) -> None:
+        """Append a batch another log stored (:meth:`SqliteEventLogReader.batches`) as it
+        is: the way a follower copies its leader. Its sequences must follow this log's.
 
-    def _merge_slice(self) -> int:
-        """Merge the next key-ordered slice into the index; returns the new position."""
-        start = self._merge_pos
-        end = start + -(-len(self._merge_rows) // _MERGE_SLICES)
-        # OR IGNORE: a merge cut short by a crash is redone from the events after reopen.
-        # Rows of events deleted meanwhile by retention are harmless: hits are confirmed.
-        self._conn.executemany(
-            "INSERT OR IGNORE INTO uuids VALUES (?, ?)", self._merge_rows[start:end]
-        )
-        if end >= len(self._merge_rows):
-            self._conn.execute("UPDATE meta SET value = ? WHERE key = 'indexed'", (self._merge_hi,))
-        return end
+        Raises:
+            StoreError: the batch does not follow this log's last sequence, or it is
+                damaged (CRC).
+        """
+        if batch.first_seq <= self._last:
+            raise StoreError(
+                f"{self.path}: a batch from sequence {batch.first_seq} does not follow "
+                f"the log's last sequence {self._last}"
+            )
+        try:
+            topics, _, _, data = batch.columns()
+        except BatchError as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+        raws = [batch.uuids[i : i + 16] for i in range(0, len(batch.uuids), 16)]
+        per: dict[str, tuple[str, int, int, int]] = {}
+        for seq, topic, d in zip(batch.sequences(), topics, data, strict=True):
+            old = per.get(topic)
+            per[topic] = (
+                (topic, seq, 1, len(d))
+                if old is None
+                else (topic, seq, old[2] + 1, old[3] + len(d))
+            )
+        self._index.before_append(self._last)
+        self._write(batch, list(per.values()), raws, merge=True)
 
     def reader(self) -> SqliteEventLogReader:
         return SqliteEventLogReader(self.path)
@@ -328,8 +370,8 @@ class SqliteEventLog:
         age_cut = 0  # events below this sequence are older than max_age
         if max_age is not None:
             age_cut = self._last + 1
-            # Oldest first, stopping at the first young batch: the walk is as long as the
-            # batches that became old since the last call (they are trimmed below).
+            # Oldest first, stopping at the first young batch: the old batches left are
+            # those holding some topic's latest event.
             for first_seq, received in conn.execute(
                 "SELECT first_seq, received FROM batches ORDER BY first_seq"
             ):
@@ -344,54 +386,106 @@ class SqliteEventLog:
             excess = 0 if max_events is None else self._events - max_events
             below = age_cut if excess <= 0 else end
             with self._transaction("retention"):
-                candidates = conn.execute(
-                    "SELECT e.seq, e.topic, e.uuid, length(e.data) FROM events AS e"
-                    " WHERE e.seq > ? AND e.seq < ? AND NOT EXISTS (SELECT 1 FROM topics AS t"
-                    " WHERE t.topic = e.topic AND t.last_seq = e.seq)"
-                    " ORDER BY e.seq LIMIT ?",
-                    (pos, below, min(_RETENTION_CHUNK, budget - deleted)),
-                ).fetchall()
-                doomed: list[tuple[int, str, bytes, int]] = []
-                for row in candidates:
-                    if row[0] >= age_cut and len(doomed) >= excess:
-                        break
-                    doomed.append(row)
-                self._delete(doomed)
-            self._events -= len(doomed)
-            for _, _, raw, _ in doomed:
-                self._pending.pop(raw, None)
-                self._merging.pop(raw, None)
-            deleted += len(doomed)
-            if not doomed or len(doomed) < len(candidates):
+                trim = _Trim(
+                    conn, pos, below, age_cut, excess, min(_RETENTION_CHUNK, budget - deleted)
+                )
+                trim.run()
+            self._events -= len(trim.forgotten)
+            self._index.forget(trim.forgotten)
+            deleted += len(trim.forgotten)
+            if trim.done:
                 break
-            pos = doomed[-1][0]
-        # Receive times of batches wholly deleted, or older than the age limit, are moot.
-        with self._transaction("retention"):
-            conn.execute(
-                "DELETE FROM batches WHERE first_seq < ? OR first_seq < (SELECT max(first_seq)"
-                " FROM batches WHERE first_seq <= (SELECT min(seq) FROM events))",
-                (age_cut,),
-            )
+            pos = trim.pos
         return deleted
-
-    def _delete(self, doomed: list[tuple[int, str, bytes, int]]) -> None:
-        if not doomed:
-            return
-        conn = self._conn
-        conn.executemany("DELETE FROM events WHERE seq = ?", [(r[0],) for r in doomed])
-        conn.executemany(
-            "DELETE FROM uuids WHERE key = ? AND seq = ?", [(_key(r[2]), r[0]) for r in doomed]
-        )
-        per_topic: dict[str, list[int]] = {}
-        for _, topic, _, size in doomed:
-            agg = per_topic.setdefault(topic, [0, 0])
-            agg[0] += 1
-            agg[1] += size
-        conn.executemany(
-            "UPDATE topics SET count = count - ?, bytes = bytes - ? WHERE topic = ?",
-            [(n, b, t) for t, (n, b) in per_topic.items()],
-        )
-        conn.execute("UPDATE meta SET value = value - ? WHERE key = 'events'", (len(doomed),))
 
     def close(self) -> None:
         self._conn.close()
+
+
+class _Trim:
+    """One retention transaction: delete the candidates of the oldest batches, in
+    sequence order, until ``limit`` are gone or the first one that must stay.
+
+    A candidate is an event above ``pos`` and below ``below`` that is not its topic's
+    latest; it goes unless it is at or above ``age_cut`` (young) once ``excess`` are gone.
+    A batch that keeps some events is written again with those alone (its sequences are
+    then listed, see :class:`StoredBatch`).
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, pos: int, below: int, age_cut: int, excess: int, limit: int
+    ) -> None:
+        self.conn = conn
+        self.pos = pos
+        self.below = below
+        self.age_cut = age_cut
+        self.excess = excess
+        self.limit = limit
+        self.forgotten: list[bytes] = []  # uuids of the deleted events
+        self.done = False
+
+    def run(self) -> None:
+        for batch in batches_from(self.conn, self.pos):
+            if batch.first_seq >= self.below or self.done:
+                self.done = True
+                return
+            self._trim(batch)
+            if len(self.forgotten) >= self.limit:
+                return
+        self.done = True
+
+    def _trim(self, batch: StoredBatch) -> None:
+        topics, producers, stamps, data = batch.columns()
+        latest = _latest_of(self.conn, set(topics))
+        keep: list[int] = []
+        per: dict[str, list[int]] = {}
+        for i, seq in enumerate(batch.sequences()):
+            if self.done or len(self.forgotten) >= self.limit:
+                keep.append(i)
+                continue
+            if seq <= self.pos or latest.get(topics[i]) == seq:
+                keep.append(i)
+                continue
+            if seq >= self.below or (seq >= self.age_cut and len(self.forgotten) >= self.excess):
+                self.done = True
+                keep.append(i)
+                continue
+            self.forgotten.append(batch.uuids[16 * i : 16 * i + 16])
+            agg = per.setdefault(topics[i], [0, 0])
+            agg[0] += 1
+            agg[1] += len(data[i])
+            self.pos = seq
+        if len(keep) == batch.count:
+            return
+        self.conn.execute("DELETE FROM batches WHERE first_seq = ?", (batch.first_seq,))
+        if keep:
+            seqs = batch.sequences()
+            rest = batchlog.encode(
+                [seqs[i] for i in keep],
+                batch.received,
+                b"".join(batch.uuids[16 * i : 16 * i + 16] for i in keep),
+                (
+                    [topics[i] for i in keep],
+                    [producers[i] for i in keep],
+                    [stamps[i] for i in keep],
+                    [data[i] for i in keep],
+                ),
+            )
+            self.conn.execute(_INSERT_BATCH, _row(rest))
+        self.conn.executemany(
+            "UPDATE topics SET count = count - ?, bytes = bytes - ? WHERE topic = ?",
+            [(n, b, t) for t, (n, b) in per.items()],
+        )
+        gone = batch.count - len(keep)
+        self.conn.execute("UPDATE meta SET value = value - ? WHERE key = 'events'", (gone,))
+
+
+def _latest_of(conn: sqlite3.Connection, topics: set[str]) -> dict[str, int]:
+    """topic -> its latest sequence."""
+    names = list(topics)
+    out: dict[str, int] = {}
+    for i in range(0, len(names), 500):
+        chunk = names[i : i + 500]
+        sql = f"SELECT topic, last_seq FROM topics WHERE topic IN ({','.join('?' * len(chunk))})"
+        out.update(conn.execute(sql, chunk).fetchall())
+    return out
