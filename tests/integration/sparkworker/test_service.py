@@ -38,6 +38,9 @@ USER_JOBS = ",".join(
     for name in ("squares", "numbers", "broken", "fails", "held", "bus_topics", "slow")
 )
 WAIT = 60 * UNIT  # for a job's result: Spark's first queries in a process are slow
+# The broker's acknowledgement of a submit: its thread shares the machine with Spark's
+# JVMs, which can hold both cores for seconds.
+ACK_TIMEOUT = 30 * UNIT
 
 
 @asynccontextmanager
@@ -128,7 +131,7 @@ async def test_jobs_through_the_broker(tmp_path: Path, events: list[ArchivedEven
         async with (
             running_sparkworker(tmp_path, broker, endpoints) as service,
             AsyncEventBusClient(endpoints, producer="test") as bus_client,
-            AsyncBrokerClient(broker.endpoints["clients"]) as client,
+            AsyncBrokerClient(broker.endpoints["clients"], ack_timeout=ACK_TIMEOUT) as client,
             httpx.AsyncClient(base_url=service.admin_url or "") as http,
         ):
             results = await bus_client.subscribe(f"{TOPIC}/")
@@ -308,7 +311,9 @@ async def test_over_curve_to_the_broker_and_the_bus(tmp_path: Path) -> None:
                 eventbus_public_key=bus_public,
             ),
             AsyncEventBusClient(endpoints, producer="test", curve=bus_curve) as bus_client,
-            AsyncBrokerClient(broker.endpoints["clients"], curve=client_curve) as client,
+            AsyncBrokerClient(
+                broker.endpoints["clients"], ack_timeout=ACK_TIMEOUT, curve=client_curve
+            ) as client,
         ):
             results = await bus_client.subscribe(f"{TOPIC}/squares")
             reply = await client.submit_and_wait("spark", "squares", kwargs={"n": 4}, timeout=WAIT)
@@ -321,7 +326,7 @@ async def test_a_running_job_is_cancelled_through_the_admin_api(tmp_path: Path) 
     async with (
         running_broker(tmp_path / "broker") as broker,
         running_sparkworker(tmp_path, broker, None, admin_token="secret") as service,
-        AsyncBrokerClient(broker.endpoints["clients"]) as client,
+        AsyncBrokerClient(broker.endpoints["clients"], ack_timeout=ACK_TIMEOUT) as client,
         httpx.AsyncClient(base_url=service.admin_url or "") as http,
     ):
         job_id = await client.submit("spark", "slow")

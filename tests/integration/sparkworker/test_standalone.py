@@ -27,6 +27,9 @@ from tests.support.waiting import UNIT, async_wait_until
 from zbus.broker.client import AsyncBrokerClient
 
 WAIT = 120 * UNIT
+# The broker's acknowledgement of a submit: its thread shares the machine with Spark's
+# JVMs, which can hold both cores for seconds.
+ACK_TIMEOUT = 30 * UNIT
 
 
 def _spark_class(*args: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -127,7 +130,7 @@ async def test_jobs_run_on_a_standalone_master_and_worker(tmp_path: Path) -> Non
             async with (
                 running_broker(tmp_path / "broker") as broker,
                 sparkworker(tmp_path, broker.endpoints["workers"], master) as proc,
-                AsyncBrokerClient(broker.endpoints["clients"]) as client,
+                AsyncBrokerClient(broker.endpoints["clients"], ack_timeout=ACK_TIMEOUT) as client,
             ):
                 admin = ""
 
