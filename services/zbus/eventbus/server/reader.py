@@ -33,8 +33,16 @@ from zbus.eventbus.core.log import Event, LogStats, Page, TopicStat
 # How errors name the file; the writer says the same.
 LOG_WHAT = "event log"
 _BATCH_COLUMNS = "first_seq, last_seq, count, received, crc, seqs, uuids, rows"
-_CHUNK = 16  # stored batches per query of a sequential read
-_CACHED = 64  # decoded batches a reader keeps for lookups by sequence
+_CHUNK = 16  # stored batches per query of a sequential read, at most
+# ...and about this many bytes of them: a batch of large events is megabytes, and what a
+# read holds at once counts in the bus's memory bounds.
+_CHUNK_BYTES = 1024 * 1024
+# Decoded batches a reader keeps for lookups of topics' latest events, in bytes: the
+# batches' stored rows and, for the objects each event becomes, _EVENT_OVERHEAD bytes an
+# event. A bound in bytes, not in batches: a batch of large events decodes to megabytes,
+# and what a reader holds counts in the bus's memory bounds (docs/protocols/pppp.md).
+_CACHE_BYTES = 4 * 1024 * 1024
+_EVENT_OVERHEAD = 400
 _LOOKUP_CHUNK = 1024  # topics per step of a snapshot walk
 
 
@@ -42,23 +50,26 @@ def batches_from(
     conn: sqlite3.Connection, after: int, *, before: int | None = None, newest_first: bool = False
 ) -> Iterator[StoredBatch]:
     """The stored batches holding a sequence above ``after`` (and, newest first, below
-    ``before``), read ``_CHUNK`` at a time: each query starts past the last batch read, so
-    rewriting a batch already read (retention) never shows it again."""
+    ``before``), read a few at a time (up to ``_CHUNK``, about ``_CHUNK_BYTES``): each
+    query starts past the last batch read, so rewriting a batch already read (retention)
+    never shows it again."""
+    chunk = 1  # the first query reads one; the next ones as many as fit _CHUNK_BYTES
     if newest_first:
         bound = MAX_STORED_SEQ if before is None else before
         sql = (
             f"SELECT {_BATCH_COLUMNS} FROM batches WHERE first_seq < ?"
-            f" ORDER BY first_seq DESC LIMIT {_CHUNK}"
+            " ORDER BY first_seq DESC LIMIT ?"
         )
         while True:
-            rows = conn.execute(sql, (bound,)).fetchall()
+            rows = conn.execute(sql, (bound, chunk)).fetchall()
             for row in rows:
                 if row[1] <= after:
                     return
                 yield StoredBatch(*row)
-            if len(rows) < _CHUNK:
+            if len(rows) < chunk:
                 return
             bound = rows[-1][0]
+            chunk = _next_chunk(rows)
     row = conn.execute(
         "SELECT first_seq, last_seq FROM batches WHERE first_seq <= ?"
         " ORDER BY first_seq DESC LIMIT 1",
@@ -66,16 +77,21 @@ def batches_from(
     ).fetchone()
     # Batches are disjoint ranges: the one holding ``after`` may hold more above it.
     start = row[0] - 1 if row is not None and row[1] > after else after
-    sql = (
-        f"SELECT {_BATCH_COLUMNS} FROM batches WHERE first_seq > ?"
-        f" ORDER BY first_seq LIMIT {_CHUNK}"
-    )
+    sql = f"SELECT {_BATCH_COLUMNS} FROM batches WHERE first_seq > ? ORDER BY first_seq LIMIT ?"
     while True:
-        rows = conn.execute(sql, (_bound(start),)).fetchall()
+        rows = conn.execute(sql, (_bound(start), chunk)).fetchall()
         yield from (StoredBatch(*row) for row in rows)
-        if len(rows) < _CHUNK:
+        if len(rows) < chunk:
             return
         start = rows[-1][1]
+        chunk = _next_chunk(rows)
+
+
+def _next_chunk(rows: list[tuple[object, ...]]) -> int:
+    """How many batches the next query reads: about ``_CHUNK_BYTES`` of them, by the size
+    of those just read (uuids and rows, the last two columns)."""
+    size = sum(len(cast(bytes, r[-1])) + len(cast(bytes, r[-2])) for r in rows) // len(rows)
+    return max(1, min(_CHUNK, _CHUNK_BYTES // max(1, size)))
 
 
 def _matching(
@@ -207,7 +223,8 @@ class SqliteEventLogReader:
         # first_seq -> (last_seq, seq -> event) of recently decoded batches. Safe across
         # transactions: it serves lookups of topics' latest events, which retention
         # never deletes and nothing rewrites.
-        self._cache: OrderedDict[int, tuple[int, dict[int, Event]]] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[int, dict[int, Event], int]] = OrderedDict()
+        self._cached_bytes = 0
 
     def _begin(self) -> None:
         if self._conn.in_transaction:
@@ -232,9 +249,9 @@ class SqliteEventLogReader:
         last, events = -1, cast(dict[int, Event], {})  # the batch of the previous seq
         for seq in sorted(seqs):
             if seq > last:
-                for first, held in cache.items():
-                    if first <= seq <= held[0]:
-                        last, events = held
+                for first, (held_last, held, _) in cache.items():
+                    if first <= seq <= held_last:
+                        last, events = held_last, held
                         break
                 else:
                     last, events = self._decode_at(seq)
@@ -254,9 +271,17 @@ class SqliteEventLogReader:
             return -1, {}
         batch = StoredBatch(*row)
         events = {e.seq: e for e in batch.events()}
-        self._cache[batch.first_seq] = (batch.last_seq, events)
-        if len(self._cache) > _CACHED:
-            self._cache.popitem(last=False)
+        size = len(batch.rows) + len(batch.uuids) + _EVENT_OVERHEAD * batch.count
+        cache = self._cache
+        replaced = cache.pop(batch.first_seq, None)
+        if replaced is not None:
+            self._cached_bytes -= replaced[2]
+        cache[batch.first_seq] = (batch.last_seq, events, size)
+        self._cached_bytes += size
+        # The batch just decoded stays, however large: the lookup in progress uses it.
+        while self._cached_bytes > _CACHE_BYTES and len(cache) > 1:
+            _, (_, _, dropped) = cache.popitem(last=False)
+            self._cached_bytes -= dropped
         return batch.last_seq, events
 
     def _latest(
