@@ -59,9 +59,13 @@ PY
             binutils >/dev/null
     fi
     strip --strip-unneeded pyarrow/*.so*
-    # The other compiled modules (pydantic-core, pyzmq and its libzmq, msgpack) likewise.
-    find . -path ./pyarrow -prune -o -name '*.so*' -type f -print \
-        | xargs -r strip --strip-unneeded
+    # pydantic-core's and msgpack's modules likewise. Not the others: a wheel whose
+    # libraries auditwheel patched (numpy, pyzmq and their .libs) is broken by strip.
+    for package in pydantic_core msgpack; do
+        if [ -d "$package" ]; then
+            find "$package" -name '*.so' -type f -exec strip --strip-unneeded {} +
+        fi
+    done
     # rich (the `zbus` command's tables and progress bars) depends on pygments for
     # syntax highlighting, which zbus never asks for: its ~550 lexers go (8 MB), the
     # package, its lexer index and its styles stay (rich falls back to plain text when
