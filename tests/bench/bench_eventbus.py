@@ -29,11 +29,10 @@ from pathlib import Path
 import zmq
 
 from tests.bench.eventbus_baselines import peers_throughput
-from tests.bench.eventbus_flows import PAYLOAD, TS, N, client_flow, flow
+from tests.bench.eventbus_flows import PAYLOAD, TS, N, client_flow, confirmed_batches, flow
 from tests.bench.eventbus_latency import latency
 from tests.bench.eventbus_process import ROOT, Bus
 from tests.support.ports import released_port
-from zbus.common.protocols import eventbus_ext as ext
 
 LOG_EVENTS = int(os.environ.get("ZBUS_BENCH_LOG_EVENTS", "10000000"))
 SNAPSHOT_TOPICS = int(os.environ.get("ZBUS_BENCH_SNAPSHOT_TOPICS", "1000000"))
@@ -91,18 +90,7 @@ def confirmed(tmp: Path) -> float:
     try:
 
         def run(n: int, per_batch: int, window: int) -> float:
-            frames = [
-                ext.encode(
-                    ext.PubBatch(
-                        tuple(
-                            ext.EventData("/c", "bench", TS, str(uuidlib.uuid4()), PAYLOAD)
-                            for _ in range(per_batch)
-                        ),
-                        confirm=True,
-                    )
-                )
-                for _ in range(n // per_batch)
-            ]
+            frames = confirmed_batches(n, per_batch)
             start = time.perf_counter()
             inflight = 0
             for f in frames:

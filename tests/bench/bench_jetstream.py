@@ -26,7 +26,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,9 +35,8 @@ from typing import Any
 import zmq
 
 from tests.bench import servers
-from tests.bench.eventbus_flows import PAYLOAD, TS
+from tests.bench.eventbus_flows import PAYLOAD, confirmed_batches
 from tests.bench.eventbus_process import Bus
-from zbus.common.protocols import eventbus_ext as ext
 
 N = int(os.environ.get("ZBUS_BENCH_JS_EVENTS", "100000"))
 ROUNDS = int(os.environ.get("ZBUS_BENCH_ANCHOR_ROUNDS", "3"))
@@ -70,22 +68,6 @@ class Figures:
             f"rounds {rounds}; CPU an event: server {min(self.server_cpu) * 1e6:.1f} us, "
             f"client {min(self.client_cpu) * 1e6:.1f} us"
         )
-
-
-def _zbus_frames(n: int) -> list[list[bytes]]:
-    """n events as ZB-PUB batches with confirm=True (built before the clock starts)."""
-    return [
-        ext.encode(
-            ext.PubBatch(
-                tuple(
-                    ext.EventData("/c", "bench", TS, str(uuidlib.uuid4()), PAYLOAD)
-                    for _ in range(PER_CONFIRM)
-                ),
-                confirm=True,
-            )
-        )
-        for _ in range(n // PER_CONFIRM)
-    ]
 
 
 def _zbus_round(sock: zmq.Socket[bytes], frames: list[list[bytes]]) -> float:
@@ -175,11 +157,12 @@ def _rounds(tmp: Path) -> tuple[Figures, Figures, Figures, int]:
         ):
             asyncio.run(_create_stream(r1.urls, 1))
             asyncio.run(_create_stream(r3.urls, 3))
-            _zbus_round(sock, _zbus_frames(warm))
+            _zbus_round(sock, confirmed_batches(warm, PER_CONFIRM))
             asyncio.run(_js_round(r1.urls, warm))
             asyncio.run(_js_round(r3.urls, warm))
             for _ in range(ROUNDS):
-                zb.measure([bus.proc.pid], n, partial(_zbus_round, sock, _zbus_frames(n)))
+                frames = confirmed_batches(n, PER_CONFIRM)
+                zb.measure([bus.proc.pid], n, partial(_zbus_round, sock, frames))
                 one.measure(r1.pids, n, lambda: asyncio.run(_js_round(r1.urls, n)))
                 three.measure(r3.pids, n, lambda: asyncio.run(_js_round(r3.urls, n)))
             stored = [asyncio.run(_stored(r.urls)) for r in (r1, r3)]

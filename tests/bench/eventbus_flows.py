@@ -37,6 +37,23 @@ def _batches(n: int) -> list[list[bytes]]:
 
 
 # ----------------------------------------------------------------- the peers (processes)
+def confirmed_batches(n: int, per_batch: int) -> list[list[bytes]]:
+    """n events as ZB-PUB batches of ``per_batch`` with confirm=True, each its own uuid
+    (built before a clock starts)."""
+    return [
+        ext.encode(
+            ext.PubBatch(
+                tuple(
+                    ext.EventData("/c", "bench", TS, str(uuidlib.uuid4()), PAYLOAD)
+                    for _ in range(per_batch)
+                ),
+                confirm=True,
+            )
+        )
+        for _ in range(n // per_batch)
+    ]
+
+
 def _spec_frames(n: int) -> list[list[bytes]]:
     """The same events as spec PUB messages, one 6-frame message per event."""
     from zbus.common.protocols import eventbus as eb
