@@ -41,6 +41,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -402,6 +403,7 @@ class SqliteEventLog:
         self._conn.close()
 
 
+@dataclass
 class _Trim:
     """One retention transaction: delete the candidates of the oldest batches, in
     sequence order, until ``limit`` are gone or the first one that must stay.
@@ -412,17 +414,14 @@ class _Trim:
     then listed, see :class:`StoredBatch`).
     """
 
-    def __init__(
-        self, conn: sqlite3.Connection, pos: int, below: int, age_cut: int, excess: int, limit: int
-    ) -> None:
-        self.conn = conn
-        self.pos = pos
-        self.below = below
-        self.age_cut = age_cut
-        self.excess = excess
-        self.limit = limit
-        self.forgotten: list[bytes] = []  # uuids of the deleted events
-        self.done = False
+    conn: sqlite3.Connection
+    pos: int
+    below: int
+    age_cut: int
+    excess: int
+    limit: int
+    forgotten: list[bytes] = field(default_factory=list)  # uuids of the deleted events
+    done: bool = False
 
     def run(self) -> None:
         for batch in batches_from(self.conn, self.pos):
