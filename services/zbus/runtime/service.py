@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -331,6 +332,7 @@ class Service:
             if self.settings.lifeline_fd is not None:
                 unwatch = watch_lifeline(loop, self.settings.lifeline_fd, self.request_stop)
             await self._start_all()
+            settle_garbage_collector()
             log.info("service ready", extra={"endpoints": self.info()["endpoints"]})
             self._register()
             await self._stop.wait()
@@ -476,6 +478,24 @@ def _admin_listener(host: str) -> socket.socket:
 def main(service_class: type[Service], settings_class: type[ServiceSettings]) -> None:
     """Entry point of ``python -m zbus.<name>``: settings, logging, run."""
     run(service_class, settings_class, sys.argv[1:])
+
+
+# The collector's generation-0 threshold: a collection every this many allocations
+# (CPython's default is 700). A service's hot paths allocate a short-lived object per
+# event or job (a snapshot of 1,000,000 topics: as many events), and at 700 the
+# collections cost the event bus a quarter of its CPU there; cycles are still collected,
+# a few thousand times less often.
+GC_GENERATION0 = 50_000
+
+
+def settle_garbage_collector() -> None:
+    """Once the service has started: collect, then freeze what start-up made (modules,
+    the admin API, settings), so that no later full collection walks it again, and
+    collect less often."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GENERATION0, gen1, gen2)
 
 
 def run(

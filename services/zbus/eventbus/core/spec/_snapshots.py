@@ -105,8 +105,9 @@ class SnapshotCore:
         now: float,
     ) -> None:
         """A page the shell read for ``identity`` (ReadLatest or ReadLog): send it."""
-        rows = [[e.seq, e.topic, e.producer, e.ts, e.uuid, e.data] for e in events]
-        self._out.emit(Reply(identity, ext.encode_page(rows, next_cursor, sequence), page=True))
+        # An Event is the tuple (seq, topic, producer, ts, uuid, data): msgpack packs it
+        # as the page's row, with no list built per event.
+        self._out.emit(Reply(identity, ext.encode_page(events, next_cursor, sequence), page=True))
 
     def replied(self, reply: Reply, outcome: Sent) -> None:
         """A :class:`Reply` was not sent (``outcome`` FULL or GONE)."""
