@@ -80,6 +80,7 @@ if TYPE_CHECKING:
         PPPPMessage,
         PPPPSubscriber,
         PublishError,
+        ReplicaUnavailable,
         SQLitePositionStore,
         Subscription,
     )
@@ -123,6 +124,7 @@ _CLIENTS = {
     "PositionStore": "zbus.eventbus.client",
     "PositionStoreError": "zbus.eventbus.client",
     "PublishError": "zbus.eventbus.client",
+    "ReplicaUnavailable": "zbus.eventbus.client",
     "RegistrationDenied": "zbus.catalog.client.node",
     "SQLitePositionStore": "zbus.eventbus.client",
     "ServiceInfo": "zbus.catalog.client.node",
@@ -187,6 +189,7 @@ __all__ = [
     "ProtocolError",
     "PublishError",
     "RegistrationDenied",
+    "ReplicaUnavailable",
     "SQLitePositionStore",
     "ServiceInfo",
     "Subscription",

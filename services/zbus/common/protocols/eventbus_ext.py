@@ -8,7 +8,8 @@ has assigned it).
 
 - COLLECTOR, client -> server: ``[b"\\0ZB-PUB", flags, msgpack [event, ...]]``; flags
   bit 0 asks for a confirm. Server -> client: ``[b"\\0ZB-CONFIRM", msgpack [[uuid, seq], ...]]``
-  once the batch is in the log, or ``[b"\\0ZB-ERROR", reason]`` when it was refused.
+  once the batch is in the log, or ``[b"\\0ZB-ERROR", reason]`` when it was refused
+  (a reason that starts ``unavailable:`` may succeed on another replica or later).
 - SNAPSHOT, client -> server: ``[b"\\0ZB-SNAPSHOT", msgpack {subtrees, since, after,
   mode, limit}]``; server -> client: ``[b"\\0ZB-PAGE", msgpack {events, next, sequence}]``
   or ``[b"\\0ZB-ERROR", reason]``.
@@ -57,6 +58,10 @@ STREAM_BATCH = b"B"
 STREAM_HEARTBEAT = b"H"
 
 MAX_LIMIT = 10_000
+#: How a ZB-ERROR reason starts when the events may be stored elsewhere or later: a
+#: replica that is not the leader, or a leader whose in-sync replicas did not confirm
+#: them. A client sends the same events (same uuids) to the next endpoint.
+UNAVAILABLE = "unavailable"
 _UUID_TABLE = str.maketrans("123456789abcdefABCDEF", "0" * 21)
 _UUID_SHAPE = "00000000-0000-0000-0000-000000000000"
 

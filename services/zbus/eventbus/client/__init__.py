@@ -48,7 +48,12 @@ from zbus.eventbus.client.asyncio import AsyncEventBusClient, AsyncSubscription
 from zbus.eventbus.client.blocking import EventBusClient, Subscription
 from zbus.eventbus.client.endpoints import BusEndpoints
 from zbus.eventbus.client.endpoints import EndpointsArg as EndpointsArg
-from zbus.eventbus.client.errors import DialectError, PPPPError, PublishError
+from zbus.eventbus.client.errors import (
+    DialectError,
+    PPPPError,
+    PublishError,
+    ReplicaUnavailable,
+)
 from zbus.eventbus.client.log_reader import LogPage, LogQueryError, LogReader
 from zbus.eventbus.client.mc0 import Mc0Client, Mc0Error, Mc0Message
 from zbus.eventbus.client.pppp import PPPPMessage, PPPPSubscriber
@@ -75,6 +80,7 @@ __all__ = [
     "PositionStore",
     "PositionStoreError",
     "PublishError",
+    "ReplicaUnavailable",
     "SQLitePositionStore",
     "Subscription",
 ]

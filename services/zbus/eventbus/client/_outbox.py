@@ -23,7 +23,7 @@ from zbus.common.protocols.eventbus_limits import (
     utf8_len,
 )
 from zbus.eventbus.client._log import log
-from zbus.eventbus.client.errors import PublishError
+from zbus.eventbus.client.errors import PublishError, ReplicaUnavailable
 
 __all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "Chunks", "Item", "Outbox"]
 
@@ -130,5 +130,7 @@ class Outbox:
             log.warning("malformed reply from the bus dropped", extra={"error": str(exc)})
             return
         if isinstance(reply, ext.Error):
+            if reply.reason.startswith(ext.UNAVAILABLE + ":"):
+                raise ReplicaUnavailable(reply.reason)
             raise PublishError(reply.reason)
         seqs.update(reply.sequences)

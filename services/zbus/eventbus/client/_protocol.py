@@ -22,7 +22,13 @@ from zbus.eventbus.client.errors import DialectError
 from zbus.eventbus.core.plain_sync import PlainSubscriptionCore
 from zbus.eventbus.core.sync import SubscriptionCore, SubscriptionLogic
 
-__all__ = ["PLAIN_DIALECTS", "ClientProtocol", "Compat", "ConfirmedPublish"]
+__all__ = ["FAILOVER_SECONDS", "PLAIN_DIALECTS", "ClientProtocol", "Compat", "ConfirmedPublish"]
+
+#: How long a confirmed publish goes on trying the replicas of a group that answer
+#: "unavailable" (no leader yet, or one whose in-sync replicas lag) before it fails.
+FAILOVER_SECONDS = 10.0
+#: The pause before the next endpoint, after an "unavailable".
+RETRY_PAUSE_MS = 50
 
 Compat: TypeAlias = Literal["zbus", "spec", "node"]
 #: The wire dialect of each ``compat`` that keeps to the plain protocol.
@@ -46,6 +52,7 @@ class ConfirmedPublish:
         self._rounds = rounds
         self._seqs: dict[str, int] = {}
         self._wanted: set[str] = set()
+        self._failover_until: float | None = None
 
     def begin(self, now: float) -> list[list[bytes]]:
         """A new round: the ZB-PUBs of the chunks not confirmed yet; its deadline is
@@ -70,6 +77,16 @@ class ConfirmedPublish:
     def confirmed(self) -> bool:
         """Every event of the round is confirmed."""
         return self._wanted <= self._seqs.keys()
+
+    def unavailable(self, now: float) -> bool:
+        """A replica answered "unavailable": whether to go on to the next endpoint (a
+        round that does not count, until ``FAILOVER_SECONDS`` after the first one)."""
+        if self._failover_until is None:
+            self._failover_until = now + FAILOVER_SECONDS
+        if now >= self._failover_until:
+            return False
+        self._rounds += 1
+        return True
 
     @property
     def rounds_left(self) -> bool:

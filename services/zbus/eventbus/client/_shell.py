@@ -29,10 +29,16 @@ from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.security import KeyPair, check_client, make_client
 from zbus.eventbus.client._counters import Counter
 from zbus.eventbus.client._outbox import Item
-from zbus.eventbus.client._protocol import ClientProtocol, Compat, ConfirmedPublish
+from zbus.eventbus.client._protocol import (
+    RETRY_PAUSE_MS,
+    ClientProtocol,
+    Compat,
+    ConfirmedPublish,
+)
 from zbus.eventbus.client._subscription import SubscriptionProtocol
 from zbus.eventbus.client._waiting import Flow, Wait
 from zbus.eventbus.client.endpoints import BusEndpoints, EndpointsArg
+from zbus.eventbus.client.errors import ReplicaUnavailable
 from zbus.eventbus.core.log import Event
 from zbus.eventbus.core.sync import NOTHING, Actions, SubscriptionLogic
 
@@ -219,13 +225,20 @@ class ClientShell(Generic[_C]):
         while True:
             sock = self._publisher()
             if (yield from send_all(sock, pub.begin(clock.monotonic()), 0, pub.wait)):
-                while not pub.confirmed:
-                    left = pub.deadline - clock.monotonic()
-                    if left <= 0 or not (yield Wait((sock,), _POLLIN, int(left * 1000) + 1)):
-                        break
-                    pub.on_reply(sock.recv_multipart())
-                else:
-                    return pub.sequences()
+                try:
+                    while not pub.confirmed:
+                        left = pub.deadline - clock.monotonic()
+                        if left <= 0 or not (yield Wait((sock,), _POLLIN, int(left * 1000) + 1)):
+                            break
+                        pub.on_reply(sock.recv_multipart())
+                    else:
+                        return pub.sequences()
+                except ReplicaUnavailable:
+                    # A replica of a group that cannot take them now: the same uuids go
+                    # to the next endpoint, after a short pause, until the failover time.
+                    if not pub.unavailable(clock.monotonic()):
+                        raise
+                    yield Wait((sock,), 0, RETRY_PAUSE_MS)
             # Unconfirmed: the same uuids go to the next endpoints (publishing is
             # idempotent by uuid, so an event that did reach a bus answers its old
             # sequence there).

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from zbus.errors import ZbusError
 
-__all__ = ["DialectError", "PPPPError", "PublishError"]
+__all__ = ["DialectError", "PPPPError", "PublishError", "ReplicaUnavailable"]
 
 
 class PublishError(ZbusError):
     """The bus refused a confirmed publish (``ZB-ERROR``): the reason is its text."""
+
+
+class ReplicaUnavailable(PublishError):
+    """The bus is a replica that cannot take the events now (not the leader, or its
+    in-sync replicas did not confirm them): a confirmed publish sends them again, with
+    the same uuids, to the next endpoint until its failover time is up."""
 
 
 class DialectError(ZbusError, ValueError):

@@ -115,3 +115,50 @@ def encode(
     return StoredBatch(
         first, last, len(seqs), received, checksum(packed, uuids, rows), packed, uuids, rows
     )
+
+
+_MAX_SEQ = 2**63 - 1
+_MAX_COUNT = 1_000_000
+
+
+def pack(batch: StoredBatch) -> bytes:
+    """A stored batch as one frame, the way replication ships it."""
+    b = batch
+    packed: bytes = msgpack.packb(
+        [b.first_seq, b.last_seq, b.count, b.received, b.crc, b.seqs, b.uuids, b.rows]
+    )
+    return packed
+
+
+def unpack(raw: bytes) -> StoredBatch:
+    """A shipped batch, its fields in range and its CRC checked.
+
+    Raises:
+        BatchError: the frame is not a stored batch, or it fails its CRC.
+    """
+    try:
+        fields: Any = msgpack.unpackb(raw, use_list=True)
+        first, last, count, received, crc, seqs, uuids, rows = fields
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BatchError(f"a shipped batch is not 8 msgpack fields: {exc}") from exc
+    ints_ok = all(type(v) is int for v in (first, last, count, crc))
+    if not (
+        ints_ok
+        and 1 <= first <= last <= _MAX_SEQ
+        and 1 <= count <= min(_MAX_COUNT, last - first + 1)
+        and 0 <= crc < 2**32
+        and type(received) is float
+        and isinstance(uuids, bytes)
+        and isinstance(rows, bytes)
+        and len(uuids) == 16 * count
+        and (seqs is None or (isinstance(seqs, bytes) and len(seqs) == 8 * count))
+        and (seqs is not None or count == last - first + 1)
+    ):
+        raise BatchError(f"a shipped batch's fields are out of range (first {first!r})")
+    batch = StoredBatch(first, last, count, received, crc, seqs, uuids, rows)
+    batch.check()
+    if seqs is not None:
+        listed = batch.sequences()
+        if listed[0] != first or listed[-1] != last or list(listed) != sorted(set(listed)):
+            raise BatchError(f"the batch at sequence {first} lists its sequences out of order")
+    return batch

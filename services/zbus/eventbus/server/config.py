@@ -10,11 +10,12 @@ from zbus.common.protocols.eventbus_limits import RECORD_OVERHEAD
 from zbus.common.settings import ServiceSettings
 from zbus.eventbus.core.flow import PeerBounds
 from zbus.eventbus.core.mc0 import Mc0Limits, smallest_peer_bytes
+from zbus.replication.settings import ReplicationSettings
 
 MiB = 1024 * 1024
 
 
-class EventBusSettings(ServiceSettings):
+class EventBusSettings(ServiceSettings, ReplicationSettings):
     """The event bus: ports P..P+3, dialect, durability, retention, flow control."""
 
     port: int = Field(

@@ -21,7 +21,7 @@ has read half its queue; a zbus subscriber repairs the gap from the log).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import zmq
@@ -38,6 +38,9 @@ from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics
 from zbus.eventbus.server.peers import PeerCounter
 from zbus.eventbus.server.store import AppendResult, EventLog, NewEvent, StoreError
+
+if TYPE_CHECKING:
+    from zbus.eventbus.server.replication import ReplicationLink
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,8 @@ class Pipeline(SocketThread):
         self._limiter = LogLimiter()
         self._pack = msgpack.Packer(use_bin_type=True).pack  # stream messages
         self._next_retention = 0.0
+        # Set by the service when this bus is one replica of a group (ADR 0009).
+        self.replication: ReplicationLink | None = None
 
     def open(self) -> None:
         s = self.settings
@@ -116,6 +121,10 @@ class Pipeline(SocketThread):
             "stream": PeerCounter(self.stream),
         }
         self.metrics.sequence.set(self.store.last_sequence())
+        if self.replication is not None:
+            self.replication.secure_hook = self.secure_hook
+            self.replication.open()
+            self.endpoints["replication"] = self.replication.endpoint
 
     secure_hook: Any = None
 
@@ -124,6 +133,8 @@ class Pipeline(SocketThread):
             self.secure_hook(sock)
 
     def close(self) -> None:
+        if self.replication is not None:
+            self.replication.close()
         for counter in getattr(self, "_peers", {}).values():
             counter.close()
         for sock in getattr(self, "_sockets", []):
@@ -139,11 +150,29 @@ class Pipeline(SocketThread):
         monitors = {c.monitor: name for name, c in self._peers.items()}
         spec = self.spec
         spec.beat.sent(self.clock.monotonic())
+        repl = self.replication
+        polled: list[zmq.Socket[Any]] = []
         while not self.halted:
             now = self.clock.monotonic()
             timeout = min(POLL_MS, int(spec.beat.timeout(now) * 1000) + 1)
+            if repl is not None:
+                repl.step(now)
+                if repl.sockets() != polled:
+                    for sock in polled:
+                        poller.unregister(sock)
+                    polled = repl.sockets()
+                    for sock in polled:
+                        poller.register(sock, zmq.POLLIN)
+                self._replicated(now)
+                timeout = min(timeout, 20)
             for sock, _ in poller.poll(timeout):
-                if sock is self.collector:
+                if repl is not None and sock is repl.router:
+                    repl.on_router(self.clock.monotonic())
+                    self._replicated(self.clock.monotonic())
+                elif repl is not None and sock is repl.dealer:
+                    repl.on_dealer(self.clock.monotonic())
+                    self._replicated(self.clock.monotonic())
+                elif sock is self.collector:
                     self._drain()
                 elif sock is self.publisher:
                     self._xpub_messages()
@@ -168,7 +197,8 @@ class Pipeline(SocketThread):
                 self.metrics.rejected.labels("publisher", "unknown_command").inc()
 
     def _heartbeat(self, now: float) -> None:
-        seq = self.store.last_sequence()
+        repl = self.replication
+        seq = self.store.last_sequence() if repl is None else repl.published
         hugz = self.spec.heartbeat(seq, now)
         if hugz is not None:
             self._fan_out(self.publisher, hugz, "publisher")
@@ -210,8 +240,21 @@ class Pipeline(SocketThread):
                 self._refused()
         if received:
             self.metrics.received.inc(received)
+        if (batch or confirms) and self.replication is not None:
+            refusal = self.replication.refusal(self.clock.monotonic())
+            if refusal is not None:
+                self._refuse_writes(refusal, batch, confirms)
+                return
         if batch or confirms:
             self._commit(batch, confirms)
+
+    def _refuse_writes(self, reason: str, batch: list[NewEvent], confirms: list[Confirm]) -> None:
+        """A replica that may not take writes now answers each confirm with the reason."""
+        self.metrics.rejected.labels("collector", "replication").inc(len(batch))
+        if self._limiter.allow(self.clock.monotonic()):
+            log.warning("writes refused", extra={"reason": reason, "events": len(batch)})
+        for identity, frames in self.collecting.failures(reason, confirms, what=ext.UNAVAILABLE):
+            self._send_reply(identity, frames)
 
     def _refused(self) -> None:
         """Count, log and answer the messages the collector core refused."""
@@ -245,11 +288,41 @@ class Pipeline(SocketThread):
                 self._send_reply(identity, frames)
             return
         self.metrics.commit_seconds.observe(self.clock.monotonic() - started)
+        replies = self.collecting.confirmations(result.stored, result.duplicates, confirms)
+        repl = self.replication
+        if repl is not None:
+            # Confirmed, and seen, only once the in-sync replicas hold it (ADR 0009).
+            now = self.clock.monotonic()
+            failure = self.collecting.failures(
+                "not confirmed by the in-sync replicas; send again",
+                confirms,
+                what=ext.UNAVAILABLE,
+            )
+            repl.hold(list(replies), list(failure), now)
+            repl.committed(now)
+            self._replicated(now)
+            return
         self._broadcast(result)
-        for identity, frames in self.collecting.confirmations(
-            result.stored, result.duplicates, confirms
-        ):
+        for identity, frames in replies:
             self._send_reply(identity, frames)
+
+    def _replicated(self, now: float) -> None:
+        """Send what the HWM has passed: confirms, refusals, and the events."""
+        repl = self.replication
+        assert repl is not None
+        for identity, frames in repl.releasable():
+            self._send_reply(identity, frames)
+        for identity, frames in repl.failed():
+            self._send_reply(identity, frames)
+        visible = repl.visible()
+        while repl.published < visible:
+            batches = repl.reader.batches(repl.published, 64)
+            events = [e for b in batches for e in b.events() if repl.published < e.seq <= visible]
+            if not events:
+                repl.published = visible
+                break
+            self._broadcast(AppendResult(events, []))
+            repl.published = events[-1].seq
 
     def _broadcast(self, result: AppendResult) -> None:
         stored = result.stored

@@ -33,6 +33,7 @@ from zbus.eventbus.server.archive_process import ArchiveProcess
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
+from zbus.eventbus.server.replica_wiring import ReplicaParts, add_route
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
     Event,
@@ -88,6 +89,7 @@ class EventBusService(Service):
         self.archiver: Archiver | None = None
         self.doors_on = [spec for spec in DOORS if spec.enabled(settings)]
         self.running: dict[str, Door] = {}  # the doors started, by name
+        self.replica: ReplicaParts | None = None  # one replica of a group (ADR 0009)
 
     async def start(self) -> None:
         # The pipeline thread shares the GIL with this loop: a shorter switch interval
@@ -114,6 +116,11 @@ class EventBusService(Service):
             sync_ctx, self.settings, self.store, self.metrics, self.clock, self.inproc
         )
         self.pipeline.secure_hook = self.secure
+        if self.settings.replicated:
+            self.replica = ReplicaParts.build(
+                self.settings, self.store, sync_ctx, self.registry, self.clock
+            )
+            self.pipeline.replication = self.replica.link
         self.snapshots = SnapshotServer(
             sync_ctx,
             self.settings,
@@ -153,6 +160,12 @@ class EventBusService(Service):
             self.archiver.start()
         self.endpoints["snapshot"] = self.snapshots.endpoint
         self.endpoints.update(self.pipeline.endpoints)
+        if self.replica is not None:
+            coordination = self.replica.coordination(
+                self.settings, dict(self.endpoints), self.clock
+            )
+            self.essential(coordination)  # a replica that cannot campaign or renew: exit
+            coordination.start()
         for spec in self.doors_on:
             await self._start_door(spec, sync_ctx)
         self.publisher = self.ctx.socket(zmq.DEALER)
@@ -248,6 +261,8 @@ class EventBusService(Service):
         for door in self.running.values():
             door.stop()
             await asyncio.to_thread(door.join)
+        if self.replica is not None:  # gives up the leadership at once, if held
+            await asyncio.to_thread(self.replica.stop)
         threads = [getattr(self, name, None) for name in ("snapshots", "pipeline")]
         for thread in threads:
             if thread is not None:
@@ -350,6 +365,8 @@ class EventBusService(Service):
         return out
 
     def add_routes(self, app: FastAPI) -> None:
+        add_route(app, lambda: self.replica)
+
         @app.post("/api/v1/events", dependencies=[TokenRequired], tags=["events"])
         async def post_event(request: PublishRequest) -> dict[str, Any]:
             """Publish one event; answers once it is in the log, with its sequence."""

@@ -65,6 +65,7 @@ from zbus.eventbus.core.log import (
     TopicStat,
     event_from_row,
 )
+from zbus.eventbus.server import replica_log
 from zbus.eventbus.server.migrate import migrate_v1
 from zbus.eventbus.server.reader import (
     LOG_WHAT,
@@ -182,6 +183,8 @@ class SqliteEventLog:
                 schema=_SCHEMA,
                 what=LOG_WHAT,
             )
+            # A replica's epoch history: added to a version-2 file when first opened.
+            conn.execute(replica_log.EPOCHS_SCHEMA)
             # Fewer, larger checkpoints (4000 pages): each one syncs the database file.
             configure_writer(conn, fsync=fsync, checkpoint_pages=checkpoint_pages)
             self._last = max_sequence(conn)
@@ -334,6 +337,30 @@ class SqliteEventLog:
 
     def reader(self) -> SqliteEventLogReader:
         return SqliteEventLogReader(self.path)
+
+    # ------------------------------------------------------------ replication
+    def epochs(self) -> tuple[tuple[int, int], ...]:
+        """The replica's epoch history: ``(epoch, first_seq)`` ascending (ADR 0009)."""
+        return replica_log.read_epochs(self._conn)
+
+    def set_epochs(self, entries: tuple[tuple[int, int], ...]) -> None:
+        with self._transaction("epoch history"):
+            replica_log.write_epochs(self._conn, entries)
+
+    def truncate_after(self, seq: int) -> int:
+        """Delete every event after ``seq``: the tail a deposed leader wrote, which the
+        group's leader never had. Returns how many went.
+
+        Raises:
+            StoreError: ``seq`` is inside a stored batch, or the log is damaged.
+        """
+        with self._transaction("truncation") as conn:
+            count, uuids = replica_log.truncate_after(conn, seq, self._last)
+        if count:
+            self._index.forget(uuids)
+            self._events -= count
+            self._last = max_sequence(self._conn)
+        return count
 
     def hold_retention(self, through: int | None, holder: str = "archive") -> None:
         """Let retention delete no event above sequence ``through`` for ``holder`` (None:

@@ -98,10 +98,12 @@ class SpecCollector(Generic[E]):
         ]
 
     @staticmethod
-    def failures(detail: str, confirms: list[Confirm]) -> list[tuple[bytes, list[bytes]]]:
+    def failures(
+        detail: str, confirms: list[Confirm], *, what: str = "storage failed"
+    ) -> list[tuple[bytes, list[bytes]]]:
         """The ERROR for each publisher that asked for a confirm of a batch the log did
-        not store."""
-        error = ext.encode(ext.Error(f"storage failed: {detail}"))
+        not store (or, ``what`` says, not confirm)."""
+        error = ext.encode(ext.Error(f"{what}: {detail}"))
         return [(identity, error) for identity, _ in confirms]
 
     def _refuse(self, identity: bytes, reason: str, detail: str, extension: bool) -> None:
