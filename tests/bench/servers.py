@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
@@ -61,9 +62,25 @@ def redis_server() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
+        _wait_port(port, proc, time.monotonic() + 30)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         stop([proc])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Wait until 127.0.0.1:``port`` accepts a connection (a server just started may take
+    a moment on a loaded machine); raise when ``proc`` exits or ``deadline`` passes."""
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server on port {port} exited: {proc.returncode}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on port {port} after 30 s") from None
+            time.sleep(0.05)
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:

@@ -41,6 +41,16 @@ class ReplicationMetrics:
             "Events a follower truncated: a deposed leader's tail",
             registry=registry,
         )
+        self.forwarded = Counter(
+            "zbus_replication_forwarded_events",
+            "Unconfirmed writes a follower sent on to the leader",
+            registry=registry,
+        )
+        self.forward_dropped = Counter(
+            "zbus_replication_forward_dropped_events",
+            "Unconfirmed writes a follower dropped: no leader known, or its queue full",
+            registry=registry,
+        )
         registry.register(_StateCollector(state))
 
 

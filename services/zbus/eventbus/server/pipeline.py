@@ -249,9 +249,19 @@ class Pipeline(SocketThread):
             self._commit(batch, confirms)
 
     def _refuse_writes(self, reason: str, batch: list[NewEvent], confirms: list[Confirm]) -> None:
-        """A replica that may not take writes now answers each confirm with the reason."""
-        self.metrics.rejected.labels("collector", "replication").inc(len(batch))
-        if self._limiter.allow(self.clock.monotonic()):
+        """A replica that may not take writes now answers each confirm with the reason;
+        a follower sends the events that ask no confirm on to the leader."""
+        repl = self.replication
+        assert repl is not None
+        if repl.role == "follower":
+            asked = {u for _, uuids in confirms for u in uuids}
+            plain = [e for e in batch if e.uuid not in asked] if asked else batch
+            if plain:
+                repl.forward(plain, self.settings.max_batch_events)
+            batch = [e for e in batch if e.uuid in asked] if asked else []
+        if batch:
+            self.metrics.rejected.labels("collector", "replication").inc(len(batch))
+        if batch and self._limiter.allow(self.clock.monotonic()):
             log.warning("writes refused", extra={"reason": reason, "events": len(batch)})
         for identity, frames in self.collecting.failures(reason, confirms, what=ext.UNAVAILABLE):
             self._send_reply(identity, frames)

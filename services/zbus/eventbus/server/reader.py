@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sqlite3
+import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -44,6 +45,7 @@ _CHUNK_BYTES = 1024 * 1024
 _CACHE_BYTES = 4 * 1024 * 1024
 _EVENT_OVERHEAD = 400
 _LOOKUP_CHUNK = 1024  # topics per step of a snapshot walk
+SETTLE_SECONDS = 2.0  # a replica's read waits this long for the HWM to pass its end
 
 
 def batches_from(
@@ -217,8 +219,13 @@ class SqliteEventLogReader:
     """A read-only view with its own connection. One thread at a time; readers of
     different threads never block each other or the writer (WAL snapshots)."""
 
-    def __init__(self, path: Path, *, cache_kib: int = 16_384) -> None:
+    def __init__(
+        self, path: Path, *, cache_kib: int = 16_384, visible: Callable[[], int] | None = None
+    ) -> None:
         self.path = path
+        # A replica's high watermark (ADR 0009): what a snapshot or a replay reads must
+        # be confirmed by the in-sync replicas first; None: every stored event is.
+        self.visible = visible
         self._conn = connect(path, cache_kib, create=False, what=LOG_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
         self._stream_ref: weakref.ref[Iterator[int | Event]] | None = None
@@ -243,6 +250,27 @@ class SqliteEventLogReader:
             raise StoreError(f"{self.path}: damaged event log: {exc}") from exc
         finally:
             self._conn.execute("COMMIT")
+
+    def _settled(self) -> int:
+        """The log's last sequence in this read transaction, once the high watermark
+        has passed it (a replica's reads never show what a failover could undo).
+
+        Raises:
+            StoreError: the in-sync replicas did not confirm it within ``SETTLE_SECONDS``.
+        """
+        sequence = max_sequence(self._conn)
+        visible = self.visible
+        if visible is None or visible() >= sequence:
+            return sequence
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while visible() < sequence:
+            if time.monotonic() > deadline:
+                raise StoreError(
+                    f"events up to sequence {sequence} are not confirmed by the in-sync "
+                    "replicas yet; try again"
+                )
+            time.sleep(0.002)
+        return sequence
 
     def _lookup(self, seqs: list[int]) -> dict[int, Event]:
         """The events at these sequences (each some topic's latest)."""
@@ -315,7 +343,7 @@ class SqliteEventLogReader:
         events: list[Event] = []
         budget = _Budget(limit, max_bytes)
         with self._read():
-            sequence = max_sequence(self._conn)
+            sequence = self._settled()
             for lo, hi in _ranges(subtrees):
                 # One extra row tells whether another page follows.
                 for event in self._latest(lo, hi, after, since, limit + 1 - len(events)):
@@ -337,7 +365,7 @@ class SqliteEventLogReader:
 
     def _stream(self, ranges: list[tuple[str, str | None]], since: int) -> Iterator[int | Event]:
         with self._read():
-            yield max_sequence(self._conn)
+            yield self._settled()
             for lo, hi in ranges:
                 yield from self._latest(lo, hi, None, since)
 
@@ -349,6 +377,7 @@ class SqliteEventLogReader:
         budget = _Budget(limit, max_bytes)
         events: list[Event] = []
         with self._read():
+            self._settled()
             for event in self._replay(subtrees, after_seq):
                 if not budget.take(event):
                     break
@@ -364,7 +393,7 @@ class SqliteEventLogReader:
         budget = _Budget(limit, max_bytes)
         events: list[Event] = []
         with self._read():
-            sequence = max_sequence(self._conn)
+            sequence = self._settled()
             for event in self._replay(subtrees, after_seq):
                 if not budget.take(event):
                     break
@@ -387,7 +416,7 @@ class SqliteEventLogReader:
 
     def _resume_stream(self, subtrees: tuple[str, ...], since: int) -> Iterator[int | Event]:
         with self._read():
-            yield max_sequence(self._conn)
+            yield self._settled()
             yield from self._replay(subtrees, since)
 
     def recent(self, prefix: str, limit: int, after: int = 0) -> list[Event]:

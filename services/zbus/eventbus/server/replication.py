@@ -22,6 +22,7 @@ The coordination with etcd runs in a thread of its own
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from dataclasses import dataclass
@@ -30,20 +31,23 @@ from typing import Any
 import zmq
 
 from zbus.common.clock import Clock
+from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols import replication as rp
 from zbus.common.rejects import LogLimiter
 from zbus.common.wire import send_frames
 from zbus.eventbus.core import batchlog
 from zbus.eventbus.core.batchlog import BatchError
 from zbus.eventbus.server.config import EventBusSettings
-from zbus.eventbus.server.store import SqliteEventLog, SqliteEventLogReader, StoreError
+from zbus.eventbus.server.store import NewEvent, SqliteEventLog, SqliteEventLogReader, StoreError
 from zbus.replication import core
 from zbus.replication.core import EpochHistory, LeaderCore
+from zbus.replication.etcd import LeaderInfo
 from zbus.replication.metrics import ReplicationMetrics
 from zbus.replication.node import ReplicaState
 
 log = logging.getLogger(__name__)
 
+FORWARD_HWM = 64  # ZB-PUBs on the way to the leader, at most
 PARK_SECONDS = 0.2  # a fetch with nothing to send waits this long at most
 FETCH_TIMEOUT = 1.0  # a follower with no answer this long connects again
 CONFIRM_TIMEOUT = 5.0  # a confirm the replicas have not passed by then is refused
@@ -90,6 +94,7 @@ class ReplicationLink:
         self.published = store.last_sequence()
         self.following: str | None = None  # the leader fetched from
         self.dealer: zmq.Socket[Any] | None = None
+        self.forwarder: zmq.Socket[Any] | None = None  # to the leader's COLLECTOR
         self._fetch_at: float | None = None  # a fetch in flight since
         self._parked: dict[bytes, tuple[core.Fetch, float]] = {}
         self._held: deque[_Held] = deque()
@@ -114,7 +119,7 @@ class ReplicationLink:
             self.secure_hook(sock)
 
     def close(self) -> None:
-        for sock in (getattr(self, "router", None), self.dealer):
+        for sock in (getattr(self, "router", None), self.dealer, self.forwarder):
             if sock is not None:
                 sock.close(linger=0)
         self.reader.close()
@@ -149,6 +154,7 @@ class ReplicationLink:
             target = leader.name if leader is not None and leader.name != self.name else None
             if target != self.following or (leader is not None and leader.epoch != self.epoch):
                 self._follow(target, leader.epoch if leader is not None else 0)
+                self._forward_to(leader if target is not None else None)
                 changed = True
             if self.dealer is not None and (
                 self._fetch_at is None or now - self._fetch_at > FETCH_TIMEOUT
@@ -226,6 +232,49 @@ class ReplicationLink:
         self.dealer.maxmsgsize = FETCH_BYTES + (16 << 20)
         self._secure(self.dealer)
         self.dealer.connect(endpoint)
+
+    def _forward_to(self, leader: LeaderInfo | None) -> None:
+        """Writes that ask no confirm go on to the leader's COLLECTOR (a plain spec
+        publisher works against any replica); see :meth:`forward`."""
+        if self.forwarder is not None:
+            self.forwarder.close(linger=0)
+            self.forwarder = None
+        if leader is None:
+            return
+        try:
+            endpoint = json.loads(leader.address)["collector"]
+        except (ValueError, KeyError, TypeError):
+            self._rejected("bad_leader_address", leader.address[:200])
+            return
+        if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+            self._rejected("bad_leader_address", str(endpoint)[:200])
+            return
+        self.forwarder = self.ctx.socket(zmq.DEALER)
+        self.forwarder.linger = 0
+        self.forwarder.sndhwm = FORWARD_HWM
+        self._secure(self.forwarder)
+        self.forwarder.connect(endpoint)
+
+    def forward(self, events: list[NewEvent], chunk: int) -> int:
+        """Send events on to the leader, unconfirmed; returns how many went (the rest,
+        with the leader unknown or its queue full, are dropped and counted)."""
+        if self.forwarder is None:
+            self.metrics.forward_dropped.inc(len(events))
+            return 0
+        sent = 0
+        for i in range(0, len(events), chunk):
+            part = events[i : i + chunk]
+            batch = ext.PubBatch(
+                tuple(ext.EventData(e.topic, e.producer, e.ts, e.uuid, e.data) for e in part),
+                confirm=False,
+            )
+            try:
+                send_frames(self.forwarder, ext.encode(batch), block=False)
+                sent += len(part)
+            except zmq.Again:
+                self.metrics.forward_dropped.inc(len(part))
+        self.metrics.forwarded.inc(sent)
+        return sent
 
     # ------------------------------------------------------------ leading
     def refusal(self, now: float) -> str | None:

@@ -121,6 +121,7 @@ class EventBusService(Service):
                 self.settings, self.store, sync_ctx, self.registry, self.clock
             )
             self.pipeline.replication = self.replica.link
+            self.store.visible = self.replica.link.visible
         self.snapshots = SnapshotServer(
             sync_ctx,
             self.settings,
@@ -130,7 +131,10 @@ class EventBusService(Service):
             clock=self.clock,
             # A spec snapshot reads on a connection of its own: a small cache each.
             open_transfer_reader=functools.partial(
-                SqliteEventLogReader, self.log_path, cache_kib=TRANSFER_CACHE_KIB
+                SqliteEventLogReader,
+                self.log_path,
+                cache_kib=TRANSFER_CACHE_KIB,
+                visible=self.store.visible,
             ),
         )
         for thread in (self.pipeline, self.snapshots):
@@ -189,7 +193,9 @@ class EventBusService(Service):
                 secure=self.secure,
                 log_path=self.log_path,
                 hold=functools.partial(self.store.hold_retention, holder=spec.name),
-                open_reader=functools.partial(SqliteEventLogReader, self.log_path),
+                open_reader=functools.partial(
+                    SqliteEventLogReader, self.log_path, visible=self.store.visible
+                ),
             )
         )
         thread = door
@@ -303,7 +309,9 @@ class EventBusService(Service):
                 raise HTTPException(503, "the event bus did not confirm in time") from None
         reply = ext.decode_collector_reply(frames)
         if isinstance(reply, ext.Error):
-            raise HTTPException(422, reply.reason)
+            # A replica that is not the leader, or whose in-sync replicas lag (ADR 0009).
+            unavailable = reply.reason.startswith(ext.UNAVAILABLE + ":")
+            raise HTTPException(503 if unavailable else 422, reply.reason)
         if not reply.sequences:
             raise HTTPException(500, "no confirmation for the event")
         return {"seq": reply.sequences[0][1], "uuid": event_id, "topic": request.topic}

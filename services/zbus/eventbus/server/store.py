@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -335,8 +335,11 @@ class SqliteEventLog:
         self._index.before_append(self._last)
         self._write(batch, list(per.values()), raws, merge=True)
 
+    #: A replica's high watermark for its readers (:class:`SqliteEventLogReader`).
+    visible: Callable[[], int] | None = None
+
     def reader(self) -> SqliteEventLogReader:
-        return SqliteEventLogReader(self.path)
+        return SqliteEventLogReader(self.path, visible=self.visible)
 
     # ------------------------------------------------------------ replication
     def epochs(self) -> tuple[tuple[int, int], ...]:
