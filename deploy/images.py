@@ -1,6 +1,6 @@
 """Build zbus's images on a machine that can pull none: what `make images` runs.
 
-    python deploy/images.py [--tag TAG] [--base IMAGE] [--only app,spark,prometheus]
+    python deploy/images.py [--tag TAG] [--base IMAGE] [--only app,spark,prometheus,etcd]
 
 TAG is the project's version unless given (docker-compose.yml runs that one).
 
@@ -13,10 +13,11 @@ TAG is the project's version unless given (docker-compose.yml runs that one).
    ``deploy/constraints.txt``, because build containers may reach no package index.
    Cached under ``.cache/images/wheels/`` until the constraints change.
 3. The images ``zbus:TAG`` (deploy/Dockerfile), ``zbus-spark:TAG``
-   (deploy/Dockerfile.spark) and ``zbus-prometheus:TAG`` (deploy/Dockerfile.prometheus,
-   Debian's package), each from a build context staged under ``.cache/images/context/``
-   holding the sources and only the wheels that image installs, so nothing comes from
-   a package index during the build.
+   (deploy/Dockerfile.spark), ``zbus-prometheus:TAG`` (deploy/Dockerfile.prometheus,
+   Debian's package) and ``zbus-etcd:TAG`` (deploy/Dockerfile.etcd, Debian's packages),
+   each from a build context staged under ``.cache/images/context/`` holding the sources
+   and only the wheels that image installs, so nothing comes from a package index during
+   the build.
 
 Only the standard library is used; pip is the interpreter's that runs this script, and it
 must be the images' Python version (3.11), since the wheels it builds go into them.
@@ -75,6 +76,7 @@ IMAGES: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
     "app": ("deploy/Dockerfile", "zbus", ()),
     "spark": ("deploy/Dockerfile.spark", "zbus-spark", ("spark",)),
     "prometheus": ("deploy/Dockerfile.prometheus", "zbus-prometheus", None),
+    "etcd": ("deploy/Dockerfile.etcd", "zbus-etcd", None),
 }
 
 
@@ -339,8 +341,8 @@ def stage_context(name: str, wheels: list[Path]) -> Path:
     context = CACHE / "context" / name
     shutil.rmtree(context, ignore_errors=True)
     (context / "deploy" / "wheels").mkdir(parents=True)
-    if name == "prometheus":
-        return context  # its Dockerfile copies nothing
+    if IMAGES[name][2] is None:
+        return context  # an image of Debian's packages: its Dockerfile copies nothing
     for item in ("pyproject.toml", "README.md", "deploy/install.sh", "deploy/constraints.txt"):
         shutil.copy2(ROOT / item, context / item)
     shutil.copytree(

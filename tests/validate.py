@@ -5,10 +5,12 @@
   `helm template` with every values set in helm/zbus/ci/, through helm-python-sdk (Helm's
   Go library, no helm binary); every rendered object against the Kubernetes schemas,
   strict, at the oldest and the newest Kubernetes the chart supports;
-- docker-compose.yml: `docker compose config -q` (Compose v2, every profile) and the
-  compose-spec schema; and `config -q` by the machine's own Compose, Debian's
-  `docker-compose` (v1.29), alone, with the `spark-cluster` profile and with the CURVE
-  overlay, and by the `docker compose` plugin when the machine has one;
+- docker-compose.yml: `docker compose config -q` (Compose v2, every profile), alone and
+  with the replicated event bus (deploy/compose.ha.yml) over it, and the compose-spec
+  schema of both; and `config -q` by the machine's own Compose, Debian's
+  `docker-compose` (v1.29), alone, with the `spark-cluster` profile, with the CURVE
+  overlay and with the HA overlay, and by the `docker compose` plugin when the machine
+  has one;
 - deploy/Dockerfile*: hadolint;
 - deploy/prometheus*.yml: `promtool check config`.
 
@@ -31,6 +33,7 @@ from zbus.launcher import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+HA_FILE = ROOT / "deploy" / "compose.ha.yml"
 DOCKERFILES = "deploy/Dockerfile*"
 PROMETHEUS_CONFIGS = "deploy/prometheus*.yml"
 
@@ -95,10 +98,12 @@ def check_compose() -> str:
     if not COMPOSE_FILE.exists():
         return "no docker-compose.yml"
     compose = tool("docker-compose")
-    run(compose, "-f", str(COMPOSE_FILE), "config", "-q")
-    run(compose, "-f", str(COMPOSE_FILE), "--profile", "*", "config", "-q")
-    run(tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE_FILE))
-    return "compose config -q (every profile), compose-spec schema"
+    for files in (["-f", str(COMPOSE_FILE)], ["-f", str(COMPOSE_FILE), "-f", str(HA_FILE)]):
+        run(compose, *files, "config", "-q")
+        run(compose, *files, "--profile", "*", "config", "-q")
+    schema = ("--builtin-schema", "vendor.compose-spec")
+    run(tool("check-jsonschema"), *schema, str(COMPOSE_FILE), str(HA_FILE))
+    return "compose config -q (every profile), alone and with HA; compose-spec schema"
 
 
 def system_compose() -> list[list[str]]:
@@ -126,9 +131,11 @@ def check_system_compose() -> str:
         run(*compose, *files, "config", "-q")
         run(*compose, *files, "--profile", "spark-cluster", "config", "-q")
         run(*compose, *files, "-f", str(curve), "config", "-q")
+        run(*compose, *files, "-f", str(HA_FILE), "config", "-q")
+        run(*compose, *files, "-f", str(HA_FILE), "--profile", "spark-cluster", "config", "-q")
         version = run(*compose, "version", "--short").splitlines()[-1]
         names.append(" ".join([*(Path(part).name for part in compose), version]))
-    return "config -q alone, with spark-cluster and with CURVE: " + ", ".join(names)
+    return "config -q alone, with spark-cluster, with CURVE and with HA: " + ", ".join(names)
 
 
 def _files(pattern: str) -> list[Path]:

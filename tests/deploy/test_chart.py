@@ -323,6 +323,9 @@ def test_each_service_loads_the_settings_the_chart_gives_it(
     """The ConfigMap and the container's variables, as Kubernetes would set them, are
     settings the service starts with (no ConfigError)."""
     objects = _objects(chart.values_of(values_set))
+    # A StatefulSet's first pod is <name>-0 (the event bus's replicas are named after it).
+    stateful = ("StatefulSet", f"zbus-{service}") in objects
+    pod = {**_POD, "POD_NAME": f"zbus-{service}-0" if stateful else _POD["POD_NAME"]}
     for name in list(os.environ):
         if name.startswith("ZBUS_"):
             monkeypatch.delenv(name)
@@ -330,9 +333,9 @@ def test_each_service_loads_the_settings_the_chart_gives_it(
         monkeypatch.setenv(name, value)
     for var in _container(objects, service).get("env") or []:
         if "value" in var:
-            value = re.sub(r"\$\((\w+)\)", lambda m: _POD[m.group(1)], var["value"])
+            value = re.sub(r"\$\((\w+)\)", lambda m: pod[m.group(1)], var["value"])
         elif "fieldRef" in var["valueFrom"]:
-            value = _POD[
+            value = pod[
                 "POD_IP" if "podIP" in var["valueFrom"]["fieldRef"]["fieldPath"] else "POD_NAME"
             ]
         else:

@@ -15,7 +15,7 @@ from tests.e2e.compose import COMPOSE_FILE, ROOT, WORKER_PORTS, move_ports
 from tests.support.compose import PublishedPort, published_ports
 
 #: Every compose file the e2e tests run, over docker-compose.yml.
-FILES = (COMPOSE_FILE, ROOT / "deploy" / "compose.curve.yml")
+FILES = (COMPOSE_FILE, ROOT / "deploy" / "compose.curve.yml", ROOT / "deploy" / "compose.ha.yml")
 
 
 def _every_published() -> list[PublishedPort]:
@@ -31,6 +31,7 @@ def test_the_compose_file_publishes_ports_the_reader_sees() -> None:
         "ZBUS_EVENTBUS_PPPP_PORT",
         "ZBUS_CATALOG_UDP_PORT",
         "ZBUS_WORKER_ADMIN_PORTS",
+        "ZBUS_EVENTBUS_2_REPLICATION_PORT",
     } <= variables
 
 

@@ -19,6 +19,7 @@ IMAGES = {
     "ZBUS_IMAGE": f"zbus:{TAG}",
     "ZBUS_SPARK_IMAGE": f"zbus-spark:{TAG}",
     "ZBUS_PROMETHEUS_IMAGE": f"zbus-prometheus:{TAG}",
+    "ZBUS_ETCD_IMAGE": f"zbus-etcd:{TAG}",
 }
 
 

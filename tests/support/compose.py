@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,11 +36,13 @@ def _compose_binary() -> str:
     return str(Path(sys.executable).parent / "docker-compose")
 
 
-def load(path: Path) -> dict[str, Any]:
-    """The compose file's model as `docker compose config --format json` prints it."""
+def load(path: Path, overrides: Sequence[Path] = ()) -> dict[str, Any]:
+    """The compose file's model as `docker compose config --format json` prints it, with
+    the ``overrides`` files over it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
+    files = [arg for f in (path, *overrides) for arg in ("-f", str(f))]
     proc = subprocess.run(
-        [_compose_binary(), "-f", str(path), "config", "--format", "json"],
+        [_compose_binary(), *files, "config", "--format", "json"],
         cwd=path.parent,
         capture_output=True,
         text=True,
@@ -141,8 +144,8 @@ def _dockerfile_of(model_service: dict[str, Any], image: str, base: Path) -> Pat
     return base / DOCKERFILES[repository.rpartition("/")[2]]
 
 
-def services(path: Path) -> dict[str, ComposeService]:
-    model = load(path)
+def services(path: Path, overrides: Sequence[Path] = ()) -> dict[str, ComposeService]:
+    model = load(path, overrides)
     out: dict[str, ComposeService] = {}
     for name, svc in (model.get("services") or {}).items():
         image = str(svc.get("image", ""))

@@ -96,6 +96,11 @@ MANAGED: Final = {
         "ZBUS_MC0_PORT",
         "ZBUS_PPPP_PORT",
         "ZBUS_ARCHIVE_PATH",
+        # The group: the pods' names and addresses, the replication port, etcd's URLs.
+        "ZBUS_REPLICA_NAME",
+        "ZBUS_REPLICAS",
+        "ZBUS_REPLICATION_PORT",
+        "ZBUS_ETCD_ENDPOINTS",
     },
     "broker": MANAGED_COMMON | {"ZBUS_CLIENT_PORT", "ZBUS_WORKER_PORT"},
     "worker": MANAGED_COMMON | {"ZBUS_BROKER_ENDPOINT", "ZBUS_NODE_NAME"},

@@ -122,10 +122,104 @@ sparkworker:
 tcp://{{ include "zbus.fullname" . }}-catalog:5246
 {{- end }}
 {{- define "zbus.eventbusEndpoint" -}}
-tcp://{{ include "zbus.fullname" . }}-eventbus:5556
+{{- if .Values.replication.enabled }}
+{{- $items := list }}
+{{- range $index := until (int (include "zbus.busReplicas" .)) }}
+{{- $host := include "zbus.podHost" (dict "root" $ "name" "eventbus" "index" $index) }}
+{{- $items = append $items (printf "tcp://%s:5556" $host) }}
+{{- end }}
+{{- join "," $items }}
+{{- else }}
+{{- printf "tcp://%s-eventbus:5556" (include "zbus.fullname" .) }}
+{{- end }}
 {{- end }}
 {{- define "zbus.brokerEndpoint" -}}
 tcp://{{ include "zbus.fullname" . }}-broker:47290
+{{- end }}
+
+{{/*
+The replicated event bus (values `replication`): three replicas, each named after its pod
+and reached at its stable DNS name through the headless Service, on the replication
+port; etcd's three members the same way, or the URLs of an external etcd.
+*/}}
+{{- define "zbus.busReplicas" -}}3{{- end }}
+{{- define "zbus.replicationPort" -}}5561{{- end }}
+{{- define "zbus.etcdMembers" -}}3{{- end }}
+
+{{/* A StatefulSet pod's DNS name; call with (dict "root" $ "name" "eventbus" "index" 0). */}}
+{{- define "zbus.podHost" -}}
+{{- $fullname := include "zbus.fullname" .root }}
+{{- printf "%s-%s-%d.%s-%s-headless.%s.svc" $fullname .name (int .index) $fullname .name .root.Release.Namespace }}
+{{- end }}
+
+{{/* ZBUS_REPLICAS: NAME=HOST:PORT of every replica, the name being its pod's. */}}
+{{- define "zbus.replicas" -}}
+{{- $fullname := include "zbus.fullname" . }}
+{{- $items := list }}
+{{- range $index := until (int (include "zbus.busReplicas" .)) }}
+{{- $host := include "zbus.podHost" (dict "root" $ "name" "eventbus" "index" $index) }}
+{{- $items = append $items (printf "%s-eventbus-%d=%s:%s" $fullname $index $host (include "zbus.replicationPort" $)) }}
+{{- end }}
+{{- join "," $items }}
+{{- end }}
+
+{{/* True when the chart runs etcd itself (no external endpoints given). */}}
+{{- define "zbus.ownEtcd" -}}
+{{- if and .Values.replication.enabled (not .Values.replication.etcd.endpoints) }}true{{ end }}
+{{- end }}
+
+{{/* ZBUS_ETCD_ENDPOINTS: the external etcd's URLs, or the chart's members'. */}}
+{{- define "zbus.etcdEndpoints" -}}
+{{- if .Values.replication.etcd.endpoints }}
+{{- join "," .Values.replication.etcd.endpoints }}
+{{- else }}
+{{- $items := list }}
+{{- range $index := until (int (include "zbus.etcdMembers" .)) }}
+{{- $items = append $items (printf "http://%s:2379" (include "zbus.podHost" (dict "root" $ "name" "etcd" "index" $index))) }}
+{{- end }}
+{{- join "," $items }}
+{{- end }}
+{{- end }}
+
+{{/*
+ZBUS_REPLICATION_GROUP: the group's keys in etcd are under /zbus/<group>/, so that two
+releases sharing an external etcd never meet. eventbus.config may set another.
+*/}}
+{{- define "zbus.replicationGroup" -}}
+{{- printf "%s-%s-eventbus" .Release.Namespace (include "zbus.fullname" .) | trunc 64 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Keeps one service's pods on different nodes (values `replication.podAntiAffinity`);
+call with (dict "root" $ "name" "eventbus").
+*/}}
+{{- define "zbus.podAntiAffinity" -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (fromYaml (include "zbus.componentSelectorLabels" .))) }}
+{{- if eq .root.Values.replication.podAntiAffinity "hard" }}
+requiredDuringSchedulingIgnoredDuringExecution:
+  {{- toYaml (list $term) | nindent 2 }}
+{{- else }}
+preferredDuringSchedulingIgnoredDuringExecution:
+  {{- toYaml (list (dict "weight" 100 "podAffinityTerm" $term)) | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+A pod's affinity: the service's own, else every pod's; for a replicated service (the
+event bus's replicas, etcd's members) with an anti-affinity between its pods unless the
+affinity given has one.
+*/}}
+{{- define "zbus.affinity" -}}
+{{- $root := .root }}
+{{- $values := get $root.Values .name | default dict }}
+{{- $affinity := default $root.Values.affinity $values.affinity }}
+{{- $grouped := or (eq .name "etcd") (and (eq .name "eventbus") $root.Values.replication.enabled) }}
+{{- if and $grouped (not (hasKey $affinity "podAntiAffinity")) }}
+{{- $affinity = merge (dict "podAntiAffinity" (fromYaml (include "zbus.podAntiAffinity" .))) $affinity }}
+{{- end }}
+{{- with $affinity }}
+{{- toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "zbus.secretName" -}}
@@ -181,6 +275,11 @@ then the values' `config`, then the service's own `config`.
 {{- else if $root.Values.archive.existingClaim }}
 {{- $_ := set $env "ZBUS_ARCHIVE_PATH" "/var/lib/zbus-archive" }}
 {{- end }}
+{{- end }}
+{{- if and (eq $name "eventbus") $root.Values.replication.enabled }}
+{{- $_ := set $env "ZBUS_REPLICAS" (include "zbus.replicas" $root) }}
+{{- $_ := set $env "ZBUS_ETCD_ENDPOINTS" (include "zbus.etcdEndpoints" $root) }}
+{{- $_ := set $env "ZBUS_REPLICATION_GROUP" (include "zbus.replicationGroup" $root) }}
 {{- end }}
 {{- range $key, $value := $c.env }}
 {{- $_ := set $env $key $value }}

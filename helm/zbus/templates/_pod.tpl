@@ -51,6 +51,11 @@ spec:
           containerPort: {{ .port }}
           protocol: {{ .protocol }}
         {{- end }}
+        {{- if and (eq $name "eventbus") $root.Values.replication.enabled }}
+        - name: replication
+          containerPort: {{ include "zbus.replicationPort" $root }}
+          protocol: TCP
+        {{- end }}
         {{- if $k8sSpark }}
         - name: spark-driver
           containerPort: {{ $root.Values.sparkworker.spark.kubernetes.driverPort }}
@@ -155,9 +160,9 @@ spec:
   tolerations:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with (default $root.Values.affinity $values.affinity) }}
+  {{- with include "zbus.affinity" . }}
   affinity:
-    {{- toYaml . | nindent 4 }}
+    {{- . | nindent 4 }}
   {{- end }}
 {{- end }}
 
@@ -175,6 +180,18 @@ spec:
 {{- end }}
 {{- if has $name (list "worker" "sparkworker") }}
 # Replicas register with the catalog under their own pod's name.
+- name: ZBUS_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
+{{- if and (eq $name "eventbus") $root.Values.replication.enabled }}
+# Each replica of the event bus is named after its pod, in its group (ZBUS_REPLICAS) and
+# in the catalog.
+- name: ZBUS_REPLICA_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
 - name: ZBUS_NODE_NAME
   valueFrom:
     fieldRef:

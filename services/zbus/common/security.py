@@ -138,12 +138,13 @@ class ZapAllowList:
     except on sockets in :data:`OPEN_DOMAIN`, which admit any key. The handshake's
     User-Id is the client's public key in Z85 (see :func:`peer_key`)."""
 
-    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], allowed_dir: Path) -> None:
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], allowed_dir: Path | None) -> None:
         # Imported here, not at the top: zmq.auth.thread imports asyncio, and the clients
         # (which import this module for their keys) must not pay for what only servers use.
         from zmq.auth.thread import ThreadAuthenticator
 
-        self.keys = allowed_keys(allowed_dir)
+        # No directory: every key is admitted but on the domains given to :meth:`admit`.
+        self.keys = None if allowed_dir is None else allowed_keys(allowed_dir)
         self._auth = ThreadAuthenticator(ctx, log=logging.getLogger("zbus.zap"))
         self._dir = allowed_dir
 
@@ -151,7 +152,14 @@ class ZapAllowList:
         self._auth.start()
         self._auth.configure_curve_callback(domain="*", credentials_provider=_Keys(self.keys))
         self._auth.configure_curve_callback(domain=OPEN_DOMAIN, credentials_provider=_Keys(None))
-        log.info("zap allow-list loaded", extra={"clients": len(self.keys), "dir": str(self._dir)})
+        log.info(
+            "zap allow-list loaded",
+            extra={"clients": -1 if self.keys is None else len(self.keys), "dir": str(self._dir)},
+        )
+
+    def admit(self, domain: str, keys: frozenset[bytes]) -> None:
+        """Admit only ``keys`` on the sockets of ``domain`` (a replica group's own port)."""
+        self._auth.configure_curve_callback(domain=domain, credentials_provider=_Keys(keys))
 
     @property
     def thread(self) -> threading.Thread:

@@ -54,7 +54,7 @@ class ServiceSettings(BaseSettings):
     eventbus_endpoint: str = Field(
         "",
         description="event bus base endpoint tcp://host:P the service ships its logs to "
-        "(empty: none)",
+        "(the replicas of a group: several, comma-separated; empty: none)",
     )
 
     catalog_endpoint: str = Field(
@@ -99,8 +99,9 @@ class ServiceSettings(BaseSettings):
     @field_validator("eventbus_endpoint")
     @classmethod
     def _bus_endpoint(cls, value: str) -> str:
-        if value:
-            parse_tcp_endpoint(value, room=3)  # the bus's sockets are P..P+3
+        # One bus, or the replicas of a group, comma-separated.
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            parse_tcp_endpoint(entry, room=3)  # the bus's sockets are P..P+3
         return value
 
     @classmethod

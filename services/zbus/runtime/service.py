@@ -252,6 +252,17 @@ class Service:
             return None
         return self._keys, load_keys(server_key).public
 
+    def admit_only(self, domain: str, keys: frozenset[bytes]) -> None:
+        """Sockets whose ``zap_domain`` is ``domain`` admit only ``keys`` (CURVE on):
+        a ZAP handler is started for it when the service has no allow-list."""
+        if self._keys is None:
+            return
+        if self._zap is None:
+            self._zap = ZapAllowList(zmq.Context.shadow(self.ctx), None)
+            self._zap.start()
+            self.essential(self._zap.thread)
+        self._zap.admit(domain, keys)
+
     @property
     def allowed_client_keys(self) -> frozenset[bytes] | None:
         """The CURVE client keys of the ZAP allow-list, or None when there is none."""

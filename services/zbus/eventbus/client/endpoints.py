@@ -44,12 +44,19 @@ EndpointsArg: TypeAlias = BusEndpoints | str | Sequence[BusEndpoints | str]
 
 
 def endpoint_list(endpoints: EndpointsArg) -> tuple[BusEndpoints, ...]:
-    """One bus or several, as the tuple a client tries in order (base endpoints expanded).
+    """One bus or several, as the tuple a client tries in order (base endpoints expanded);
+    a string may list several, comma-separated.
 
     Raises:
         ValueError: no endpoints, or a base endpoint that is not ``tcp://host:port``.
     """
-    items = [endpoints] if isinstance(endpoints, BusEndpoints | str) else list(endpoints)
+    if isinstance(endpoints, str):
+        # "tcp://a:5556,tcp://b:5566": the replicas of a group (ZBUS_EVENTBUS_ENDPOINT).
+        items: list[BusEndpoints | str] = [e.strip() for e in endpoints.split(",") if e.strip()]
+    elif isinstance(endpoints, BusEndpoints):
+        items = [endpoints]
+    else:
+        items = list(endpoints)
     out = tuple(BusEndpoints.from_base(e) if isinstance(e, str) else e for e in items)
     if not out:
         raise ValueError("at least one set of bus endpoints is needed")

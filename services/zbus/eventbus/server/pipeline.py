@@ -122,7 +122,6 @@ class Pipeline(SocketThread):
         }
         self.metrics.sequence.set(self.store.last_sequence())
         if self.replication is not None:
-            self.replication.secure_hook = self.secure_hook
             self.replication.open()
             self.endpoints["replication"] = self.replication.endpoint
 

@@ -59,6 +59,14 @@ class ReplicaParts:
         """The thread that campaigns and follows, once the bus's sockets are bound (the
         caller starts it: its leader key carries ``endpoints``)."""
         assert settings.replica_name is not None
+        # Where the others reach this replica: the host of its own ZBUS_REPLICAS entry,
+        # not the address it binds (0.0.0.0 in a container).
+        me = next(p for p in settings.peers() if p.name == settings.replica_name)
+        host = me.endpoint.removeprefix("tcp://").rsplit(":", 1)[0]
+        endpoints = {
+            name: f"tcp://{host}:{ep.rsplit(':', 1)[1]}" if ep.startswith("tcp://") else ep
+            for name, ep in endpoints.items()
+        }
         coordinator = Coordinator(
             settings.etcd(),
             settings.replication_group,

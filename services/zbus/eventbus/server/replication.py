@@ -34,6 +34,7 @@ from zbus.common.clock import Clock
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.protocols import replication as rp
 from zbus.common.rejects import LogLimiter
+from zbus.common.security import KeyPair, make_client, make_server
 from zbus.common.wire import send_frames
 from zbus.eventbus.core import batchlog
 from zbus.eventbus.core.batchlog import BatchError
@@ -48,6 +49,7 @@ from zbus.replication.node import ReplicaState
 log = logging.getLogger(__name__)
 
 FORWARD_HWM = 64  # ZB-PUBs on the way to the leader, at most
+REPLICATION_DOMAIN = "zbus-replication"
 PARK_SECONDS = 0.2  # a fetch with nothing to send waits this long at most
 FETCH_TIMEOUT = 1.0  # a follower with no answer this long connects again
 CONFIRM_TIMEOUT = 5.0  # a confirm the replicas have not passed by then is refused
@@ -101,7 +103,10 @@ class ReplicationLink:
         self.reader: SqliteEventLogReader = store.reader()
         self._failed: list[tuple[bytes, list[bytes]]] = []
         self._limiter = LogLimiter()
-        self.secure_hook: Any = None
+        # CURVE: the replicas of a group share one key pair; the replication port admits
+        # only its public key (ZAP domain REPLICATION_DOMAIN), and a replica's own
+        # sockets to its leader are CURVE clients with it.
+        self.curve: KeyPair | None = None
 
     # ------------------------------------------------------------- sockets
     def open(self) -> None:
@@ -109,14 +114,17 @@ class ReplicationLink:
         self.router.linger = 0
         self.router.router_mandatory = True
         self.router.maxmsgsize = 1 << 20
-        self._secure(self.router)
+        if self.curve is not None:
+            make_server(self.router, self.curve)
+            self.router.zap_domain = REPLICATION_DOMAIN.encode()
         port = self.settings.own_replication_port()
         self.router.bind(f"tcp://{self.settings.host}:{port}")
         self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def _secure(self, sock: zmq.Socket[Any]) -> None:
-        if self.secure_hook is not None:
-            self.secure_hook(sock)
+        """A socket of this replica to its leader: a CURVE client with the group's keys."""
+        if self.curve is not None:
+            make_client(sock, self.curve, self.curve.public)
 
     def close(self) -> None:
         for sock in (getattr(self, "router", None), self.dealer, self.forwarder):

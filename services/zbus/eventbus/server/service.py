@@ -20,6 +20,7 @@ import zmq
 import zmq.asyncio
 from fastapi import FastAPI, HTTPException, Query
 from pydantic import BaseModel, Field
+from zmq.utils import z85
 
 from zbus.common.clock import Clock
 from zbus.common.metrics import family_totals
@@ -34,6 +35,7 @@ from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.metrics import BusMetrics, RateMeter
 from zbus.eventbus.server.pipeline import Pipeline
 from zbus.eventbus.server.replica_wiring import ReplicaParts, add_route
+from zbus.eventbus.server.replication import REPLICATION_DOMAIN
 from zbus.eventbus.server.snapshots import SnapshotServer
 from zbus.eventbus.server.store import (
     Event,
@@ -122,6 +124,11 @@ class EventBusService(Service):
             )
             self.pipeline.replication = self.replica.link
             self.store.visible = self.replica.link.visible
+            keys = self.curve_keys
+            if keys is not None:
+                self.replica.link.curve = keys
+                # The allow-list holds raw keys; a KeyPair's are Z85 text.
+                self.admit_only(REPLICATION_DOMAIN, frozenset({z85.decode(keys.public)}))
         self.snapshots = SnapshotServer(
             sync_ctx,
             self.settings,
