@@ -7,9 +7,6 @@ test takes the cluster down.
 
 from __future__ import annotations
 
-import os
-import threading
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +14,7 @@ import httpx
 import pytest
 
 from tests.e2e.compose import ComposeProject, docker
+from tests.support.confirmed_publisher import ConfirmedPublisher
 from tests.support.waiting import UNIT, wait_until
 from zbus import BrokerClient, BusEndpoints, EventBusClient, LogReader
 
@@ -186,46 +184,10 @@ def test_topic_stats_runs_in_the_sparkworker_container(cluster: ComposeProject) 
     assert job_id in str(jobs)
 
 
-class _Publisher(threading.Thread):
-    """Publishes batches with confirms until stopped; a batch that is not confirmed is
-    sent again with the same event ids until it is."""
-
-    def __init__(self, endpoints: BusEndpoints) -> None:
-        super().__init__(daemon=True)
-        self.endpoints = endpoints
-        self.confirmed: dict[str, tuple[int, bytes]] = {}
-        self.timeouts = 0
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            with EventBusClient(self.endpoints, producer="e2e-kill") as bus:
-                batch_no = 0
-                while not self.stop.is_set():
-                    items = [
-                        (f"/e2e/kill/{batch_no % 7}", os.urandom(12), str(uuid.uuid4()))
-                        for _ in range(25)
-                    ]
-                    while not self.stop.is_set():
-                        try:
-                            seqs = bus.publish_many(items, confirm=True, timeout=2.0)
-                        except TimeoutError:
-                            self.timeouts += 1
-                            continue
-                        assert seqs is not None
-                        for (_, data, event_id), seq in zip(items, seqs, strict=True):
-                            self.confirmed[event_id] = (seq, data)
-                        break
-                    batch_no += 1
-        except BaseException as exc:
-            self.error = exc
-
-
 def test_kill_9_of_the_event_bus_loses_no_confirmed_event(cluster: ComposeProject) -> None:
     endpoints = bus_endpoints(cluster)
     container = cluster.container("eventbus")
-    publisher = _Publisher(endpoints)
+    publisher = ConfirmedPublisher(endpoints, "e2e-kill", "/e2e/kill/")
     publisher.start()
     try:
         wait_on(cluster, lambda: len(publisher.confirmed) >= 500, timeout=60, what="500 confirmed")
@@ -251,7 +213,7 @@ def test_kill_9_of_the_event_bus_loses_no_confirmed_event(cluster: ComposeProjec
         publisher.stop.set()
         publisher.join(30 * UNIT)
     assert publisher.error is None, repr(publisher.error)
-    assert publisher.timeouts >= 1  # publishing went on while the bus was down
+    assert publisher.retries >= 1  # publishing went on while the bus was down
     assert cluster.container("eventbus") == container  # the same container, restarted
 
     stored: dict[str, list[tuple[int, bytes]]] = {}

@@ -10,9 +10,6 @@ killed replica comes back as a follower that catches up, and `down -v` leaves no
 
 from __future__ import annotations
 
-import os
-import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,8 +18,9 @@ import pytest
 
 from tests.e2e.compose import ROOT, ComposeProject, docker
 from tests.e2e.test_compose import active_services, wait_on
+from tests.support.confirmed_publisher import ConfirmedPublisher
 from tests.support.waiting import UNIT
-from zbus import BusEndpoints, EventBusClient, LogReader, PublishError
+from zbus import BusEndpoints, LogReader
 
 pytestmark = pytest.mark.timeout(int(1800 * UNIT))
 
@@ -117,47 +115,11 @@ def test_the_replicas_register_with_the_catalog_under_their_own_names(
     wait_on(ha_cluster, registered, timeout=60, what="the three replicas active in the catalog")
 
 
-class _Publisher(threading.Thread):
-    """Publishes confirmed batches through the three replicas until stopped; a batch
-    that is not confirmed is sent again with the same event ids until it is."""
-
-    def __init__(self, replicas: list[BusEndpoints]) -> None:
-        super().__init__(daemon=True)
-        self.replicas = replicas
-        self.confirmed: dict[str, tuple[int, bytes]] = {}
-        self.retries = 0
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            with EventBusClient(self.replicas, producer="e2e-ha") as bus:
-                batch_no = 0
-                while not self.stop.is_set():
-                    items = [
-                        (f"{TOPICS}{batch_no % 7}", os.urandom(12), str(uuid.uuid4()))
-                        for _ in range(25)
-                    ]
-                    while not self.stop.is_set():
-                        try:
-                            seqs = bus.publish_many(items, confirm=True, timeout=2.0)
-                        except (TimeoutError, PublishError):
-                            self.retries += 1
-                            continue
-                        assert seqs is not None
-                        for (_, data, event_id), seq in zip(items, seqs, strict=True):
-                            self.confirmed[event_id] = (seq, data)
-                        break
-                    batch_no += 1
-        except BaseException as exc:
-            self.error = exc
-
-
 def test_killing_the_leader_loses_no_confirmed_event(ha_cluster: ComposeProject) -> None:
     old = leader_of(ha_cluster)
     assert old is not None, roles(ha_cluster)
     container = ha_cluster.container(old)
-    publisher = _Publisher([endpoints(ha_cluster, r) for r in REPLICAS])
+    publisher = ConfirmedPublisher([endpoints(ha_cluster, r) for r in REPLICAS], "e2e-ha", TOPICS)
     publisher.start()
     survivors = tuple(r for r in REPLICAS if r != old)
     new: list[str] = []
