@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 CONSTRAINTS := deploy/constraints.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down test unit lint bench validate images constraints clean
+.PHONY: help install up up-ha down test unit lint bench validate images constraints clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,7 +25,10 @@ install: $(STAMP) ## create .venv and install zbus with its test tools (idempote
 up: install ## run the whole local cluster on 127.0.0.1 (Ctrl-C or `make down` stops it)
 	$(BIN)/zbus up
 
-down: ## stop a cluster started by `make up`
+up-ha: install ## the same with the event bus as three replicas led through etcd (etcd-server)
+	$(BIN)/zbus up --ha
+
+down: ## stop a cluster started by `make up` or `make up-ha`
 	@if test -x $(BIN)/zbus; then $(BIN)/zbus down; else echo "nothing to stop"; fi
 
 test: install lint ## lint, then the whole test suite

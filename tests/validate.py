@@ -1,6 +1,7 @@
 """`make validate`: offline checks of the deploy files (no container engine, no cluster).
 
-- deploy/local-cluster.toml: loads, no two services on one admin port;
+- deploy/local-cluster.toml, deploy/local-cluster-ha.toml: load, no two services on one
+  admin port;
 - the Helm chart: values.yaml against values.schema.json; `helm lint --strict` and
   `helm template` with every values set in helm/zbus/ci/, through helm-python-sdk (Helm's
   Go library, no helm binary); every rendered object against the Kubernetes schemas,
@@ -63,12 +64,15 @@ def run(*argv: str) -> str:
     return out
 
 
-def check_local_cluster() -> str:
-    specs = load_cluster(ROOT / "deploy" / "local-cluster.toml")
-    ports = [s.admin_port for s in specs]
-    if len(set(ports)) != len(ports):
-        raise ConfigError("two services of the local cluster share an admin port")
-    return f"{len(specs)} services"
+def local_cluster_check(name: str) -> Callable[[], str]:
+    def check() -> str:
+        specs = load_cluster(ROOT / "deploy" / name)
+        ports = [s.admin_port for s in specs]
+        if len(set(ports)) != len(ports):
+            raise ConfigError("two services of the local cluster share an admin port")
+        return f"{len(specs)} services"
+
+    return check
 
 
 def check_values_schema() -> str:
@@ -162,7 +166,8 @@ def _checks() -> dict[str, Callable[[], str]]:
     from tests.support.chart import VALUE_SETS
 
     checks: dict[str, Callable[[], str]] = {
-        "deploy/local-cluster.toml": check_local_cluster,
+        "deploy/local-cluster.toml": local_cluster_check("local-cluster.toml"),
+        "deploy/local-cluster-ha.toml": local_cluster_check("local-cluster-ha.toml"),
         "helm/zbus/values.schema.json": check_values_schema,
     }
     for name in VALUE_SETS:

@@ -1,9 +1,10 @@
-"""The shipped local cluster (deploy/local-cluster.toml, run by `zbus up`) for tests.
+"""The shipped local clusters (deploy/local-cluster.toml, run by `zbus up`, and
+deploy/local-cluster-ha.toml, run by `zbus up --ha`) for tests.
 
 Every port in the cluster file is moved to a free one, so that a test does not collide
-with a cluster already running on this machine; the services, their modules and their
-settings stay as shipped, plus what a test adds (``env``). The launcher runs as a
-subprocess and is stopped with SIGTERM (it stops every service it started).
+with a cluster already running on this machine; the services, their modules or commands
+and their settings stay as shipped, plus what a test adds (``env``). The launcher runs as
+a subprocess and is stopped with SIGTERM (it stops every service it started).
 """
 
 from __future__ import annotations
@@ -26,9 +27,17 @@ from tests.support.waiting import UNIT
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "deploy" / "local-cluster.toml"
+HA_SHIPPED = ROOT / "deploy" / "local-cluster-ha.toml"
 
 #: The fixed ports of the shipped cluster file besides the event bus's four.
 FIXED_PORTS = (5246, 47291, 47290, 61616, 5560, 8701, 8702, 8703, 8704, 8705)
+#: The HA cluster file's: each replica's base port P (P..P+3 ZeroMQ, P+4 PPPP, P+5
+#: replication), then the others.
+HA_REPLICA_BASES = (5556, 5566, 5576)
+HA_FIXED_PORTS = (
+    *(2379, 2380, 5246, 47291, 47290, 61616, 61626, 61636),
+    *(8701, 8702, 8712, 8722, 8703, 8704, 8705),
+)
 
 
 def port_map() -> tuple[dict[int, int], HeldPorts]:
@@ -38,6 +47,17 @@ def port_map() -> tuple[dict[int, int], HeldPorts]:
     held = HeldPorts(4 + len(FIXED_PORTS))
     moved = {5556 + i: held.ports[i] for i in range(4)}
     moved.update(zip(FIXED_PORTS, held.ports[4:], strict=True))
+    return moved, held
+
+
+def ha_port_map() -> tuple[dict[int, int], HeldPorts]:
+    """:func:`port_map` for the HA cluster file: each replica's six ports moved together."""
+    block = 6 * len(HA_REPLICA_BASES)
+    held = HeldPorts(block + len(HA_FIXED_PORTS))
+    moved = {
+        base + i: held.ports[6 * n + i] for n, base in enumerate(HA_REPLICA_BASES) for i in range(6)
+    }
+    moved.update(zip(HA_FIXED_PORTS, held.ports[block:], strict=True))
     return moved, held
 
 
@@ -57,28 +77,44 @@ def cluster_file(
     services: tuple[str, ...] | None = None,
     env: Mapping[str, Mapping[str, str]] | None = None,
     restart: Mapping[str, float] | None = None,
+    shipped: Path = SHIPPED,
 ) -> Path:
     """Write the shipped cluster with moved ports to ``path``.
 
     Args:
         path: the file to write.
-        ports: the port map (:func:`port_map`).
+        ports: the port map (:func:`port_map`, :func:`ha_port_map`).
         services: the services to keep (all when None), in the shipped order.
         env: settings to add, by service name.
-        restart: the ``[restart]`` table (the launcher's back-off and give-up rules).
+        restart: the ``[restart]`` table (the launcher's back-off and give-up rules),
+            over the shipped file's.
+        shipped: the shipped cluster file.
     """
-    shipped = tomllib.loads(moved(SHIPPED.read_text(), ports))["service"]
+    content = tomllib.loads(moved(shipped.read_text(), ports))
     lines: list[str] = []
-    if restart:
-        lines += ["[restart]", *(f"{k} = {v}" for k, v in restart.items()), ""]
-    for entry in shipped:
+    rules = {**content.get("restart", {}), **(restart or {})}
+    if rules:
+        lines += ["[restart]", *(f"{k} = {v}" for k, v in rules.items()), ""]
+    for entry in content["service"]:
         if services is not None and entry["name"] not in services:
             continue
         settings = {**entry.get("env", {}), **(env or {}).get(entry["name"], {})}
+        if "command" in entry:  # a program: its command, readiness path and install hint
+            how = [
+                f"command = [{', '.join(_toml_string(w) for w in entry['command'])}]",
+                f"ready_path = {_toml_string(entry.get('ready_path', '/readyz'))}",
+                *(
+                    [f"install_hint = {_toml_string(entry['install_hint'])}"]
+                    if "install_hint" in entry
+                    else []
+                ),
+            ]
+        else:
+            how = [f"module = {_toml_string(entry['module'])}"]
         lines += [
             "[[service]]",
             f"name = {_toml_string(entry['name'])}",
-            f"module = {_toml_string(entry['module'])}",
+            *how,
             f"admin_port = {int(entry['admin_port'])}",
             f"ready_timeout = {float(entry.get('ready_timeout', 60.0) * UNIT * 2)}",
             "env = { "
@@ -106,6 +142,11 @@ class LocalCluster:
         "broker": 8703,
         "sparkworker": 8704,
         "worker": 8705,
+        # the HA cluster's
+        "etcd": 2379,
+        "eventbus-1": 8702,
+        "eventbus-2": 8712,
+        "eventbus-3": 8722,
     }
 
     def url(self, service: str) -> str:
@@ -131,6 +172,7 @@ def local_cluster(
     launcher_env: Mapping[str, str] | None = None,
     restart: Mapping[str, float] | None = None,
     output: list[str] | None = None,
+    ha: bool = False,
 ) -> Iterator[LocalCluster]:
     """Run the shipped local cluster with ``zbus up`` until the block ends.
 
@@ -142,20 +184,28 @@ def local_cluster(
         launcher_env: environment of the launcher (every service inherits it).
         restart: the cluster file's ``[restart]`` table.
         output: where the launcher's lines up to its summary are put (when given).
+        ha: the HA cluster (deploy/local-cluster-ha.toml, ``zbus up --ha``) instead.
     """
-    shipped = [s["name"] for s in tomllib.loads(SHIPPED.read_text())["service"]]
+    source = HA_SHIPPED if ha else SHIPPED
+    shipped = [s["name"] for s in tomllib.loads(source.read_text())["service"]]
     unknown = (set(services or ()) | set(without)) - set(shipped)
     assert not unknown, f"the shipped cluster has no {sorted(unknown)}"
     if services is None and without:
         services = tuple(name for name in shipped if name not in set(without))
-    ports, held = port_map()
+    ports, held = ha_port_map() if ha else port_map()
     config = cluster_file(
-        tmp_path / "cluster.toml", ports, services=services, env=env, restart=restart
+        tmp_path / "cluster.toml",
+        ports,
+        services=services,
+        env=env,
+        restart=restart,
+        shipped=source,
     )
     state = tmp_path / "state"
     held.release()
+    up = ["up", "--ha"] if ha else ["up"]
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "zbus", "up", "--config", str(config), "--state-dir", str(state)],
+        [sys.executable, "-m", "zbus", *up, "--config", str(config), "--state-dir", str(state)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,6 +1,8 @@
 """The ``zbus`` command: run the local cluster, inspect it, and work with its bus and jobs.
 
-zbus up [--config FILE] [--state-dir DIR]   run the local cluster in the foreground
+zbus up [--ha] [--config FILE] [--state-dir DIR]
+                                            run the local cluster in the foreground
+                                            (--ha: three bus replicas and etcd)
 zbus down [--state-dir DIR]                 stop it
 zbus status                                 one table of the cluster (exit 1: not all ready)
 zbus services ls                            the services the catalog knows
@@ -34,6 +36,9 @@ from zbus.common.version import __version__
 # Services the command can run, in the order the local cluster starts them.
 SERVICES = ("catalog", "eventbus", "broker", "worker", "sparkworker")
 SHELLS = ("bash", "zsh", "tcsh")
+# The cluster files `zbus up` runs: the plain one, and the one with a replicated bus.
+CLUSTER_FILE = Path("deploy/local-cluster.toml")
+HA_CLUSTER_FILE = Path("deploy/local-cluster-ha.toml")
 
 
 def _available_services() -> list[str]:
@@ -69,7 +74,17 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     up = sub.add_parser("up", help="run the local cluster on 127.0.0.1 (Ctrl-C stops it)")
-    up.add_argument("--config", type=Path, default=Path("deploy/local-cluster.toml"))
+    up.add_argument(
+        "--ha",
+        action="store_true",
+        help=f"the event bus as three replicas led through etcd ({HA_CLUSTER_FILE})",
+    )
+    up.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help=f"the cluster file (default {CLUSTER_FILE}, or {HA_CLUSTER_FILE} with --ha)",
+    )
     up.add_argument("--state-dir", type=Path, default=Path(".zbus"))
 
     down = sub.add_parser("down", help="stop the local cluster started by `zbus up`")
@@ -142,7 +157,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from zbus.launcher import Cluster as LocalCluster
         from zbus.launcher import load_cluster_file
 
-        loaded = load_cluster_file(args.config)
+        config = args.config or (HA_CLUSTER_FILE if args.ha else CLUSTER_FILE)
+        loaded = load_cluster_file(config)
         print(f"starting the zbus cluster ({len(loaded.services)} services)", flush=True)
         return LocalCluster(loaded.services, args.state_dir, sys.stdout, loaded.restart).run()
     if args.command == "down":

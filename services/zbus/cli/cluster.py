@@ -9,6 +9,10 @@ On the local cluster (``zbus up``) the catalog adds what the launcher knows: eac
 service's restart count (a RESTARTS column), and the services it restarts or gave up
 on, which the catalog may have no registration for; a given-up service is named in the
 last line.
+
+An event bus run as replicas (``zbus up --ha``) answers ``/api/v1/replication``: each
+replica's role (leader, follower or candidate) is then a ROLE column, the leader is
+named in the last line, and ``--json`` has each replica's answer as ``replication``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = ["add_parsers", "run_services", "run_status"]
 GIVEN_UP = "given up"
 # A launcher's states shown instead of the catalog's: the service is down.
 _DOWN = (GIVEN_UP, "restarting")
+BUS = "eventbus"
 
 
 def add_parsers(sub: Any) -> None:
@@ -73,7 +78,7 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
         launcher = _launcher_view(getattr(args, "state_dir", None))
         if launcher is None:
             raise
-        return _print_launcher_view(args, launcher, str(exc))
+        return _print_launcher_view(args, cluster, launcher, str(exc))
     if not isinstance(view, dict) or not isinstance(view.get("services"), list):
         raise CliError(f"the catalog at {cluster.catalog} answered no cluster view")
     found = view.get("catalog")
@@ -93,10 +98,15 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
     ]
     entries += [e for e in view["services"] if isinstance(e, dict)]
     ready = all(e.get("ready") is True for e in entries)
+    replication = _replication(cluster, entries)
     if args.json:
+        for e in entries:
+            if (answer := replication.get(str(e.get("name")))) is not None:
+                e["replication"] = answer
         print_json({"ready": ready, "catalog": cluster.catalog, "services": entries})
         return 0 if ready else 1
     supervised = view.get("supervised") is True
+    roles = _roles(replication)
     rows = []
     for e in entries:
         raw = e.get("info")
@@ -107,6 +117,8 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
         if supervised:
             restarts = e.get("restarts")
             row.append(restarts if isinstance(restarts, int) else "-")
+        if roles:
+            row.append(roles.get(str(e.get("name")), "-"))
         row += [
             info.get("version", "-"),
             duration(info.get("uptime_seconds")),
@@ -116,6 +128,7 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
         ]
         rows.append(row)
     head = ["SERVICE", "STATE", "READY", *(["RESTARTS"] if supervised else [])]
+    head += ["ROLE"] if roles else []
     table([*head, "VERSION", "UPTIME", "PID", "ADMIN", "DETAIL"], rows)
     waiting = sum(1 for e in entries if e.get("ready") is not True)
     given_up = [str(e.get("name")) for e in entries if e.get("supervised") == GIVEN_UP]
@@ -123,9 +136,43 @@ def run_status(args: argparse.Namespace, cluster: Cluster) -> int:
         f"{len(entries)} services, "
         + ("all ready" if ready else f"{waiting} not ready")
         + (f", given up: {', '.join(given_up)}" if given_up else "")
+        + _leader_note(roles)
         + f" (catalog {cluster.catalog})"
     )
     return 0 if ready else 1
+
+
+def _replication(cluster: Cluster, entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each event bus replica's ``/api/v1/replication`` answer, by service name: asked of
+    the services named ``eventbus...`` or whose ``/api/v1/info`` says they are one. A bus
+    that is not replicated (role ``single``), or does not answer, is left out."""
+    found: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        name, admin, info = e.get("name"), e.get("admin"), e.get("info")
+        kind = info.get("name") if isinstance(info, dict) else None
+        if not (isinstance(name, str) and isinstance(admin, str) and admin):
+            continue
+        if not (name.startswith(BUS) or kind == BUS):
+            continue
+        try:
+            answer = cluster.get(f"{admin.rstrip('/')}/api/v1/replication", f"the {name}")
+        except CliError:
+            continue  # down, or a bus without the route: no role to show
+        if isinstance(answer, dict) and answer.get("role") not in (None, "single"):
+            found[name] = answer
+    return found
+
+
+def _roles(replication: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {name: str(answer.get("role")) for name, answer in replication.items()}
+
+
+def _leader_note(roles: dict[str, str]) -> str:
+    """``, bus leader eventbus-2`` for the last line; nothing without replicas."""
+    if not roles:
+        return ""
+    leaders = sorted(name for name, role in roles.items() if role == "leader")
+    return f", bus leader {', '.join(leaders)}" if leaders else ", no bus leader"
 
 
 def _launcher_view(state_dir: Path | None) -> list[dict[str, Any]] | None:
@@ -141,28 +188,34 @@ def _launcher_view(state_dir: Path | None) -> list[dict[str, Any]] | None:
     return [s for s in supervised if isinstance(s, dict)]
 
 
-def _print_launcher_view(args: argparse.Namespace, services: list[dict[str, Any]], why: str) -> int:
+def _print_launcher_view(
+    args: argparse.Namespace, cluster: Cluster, services: list[dict[str, Any]], why: str
+) -> int:
     """``zbus status`` without the catalog: the launcher's state file; always exit 1."""
     given_up = [str(s.get("name")) for s in services if s.get("state") == GIVEN_UP]
     if args.json:
         print_json({"ready": False, "error": why, "launcher": services})
         return 1
     print(f"{why}; the local cluster's launcher says:")
+    roles = _roles(_replication(cluster, services))
     rows = [
         [
             s.get("name"),
             s.get("state"),
             s.get("restarts", "-"),
+            *([roles.get(str(s.get("name")), "-")] if roles else []),
             s.get("pid") or "-",
             s.get("admin") or "-",
             s.get("last_exit") or "",
         ]
         for s in services
     ]
-    table(["SERVICE", "STATE", "RESTARTS", "PID", "ADMIN", "LAST EXIT"], rows)
+    head = ["SERVICE", "STATE", "RESTARTS", *(["ROLE"] if roles else [])]
+    table([*head, "PID", "ADMIN", "LAST EXIT"], rows)
     print(
         f"{len(services)} services, the catalog unreachable"
         + (f", given up: {', '.join(given_up)}" if given_up else "")
+        + _leader_note(roles)
     )
     return 1
 

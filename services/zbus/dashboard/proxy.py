@@ -69,6 +69,7 @@ ALLOWED: tuple[tuple[str, str], ...] = (
     ("GET", "api/v1/topics"),
     ("GET", "api/v1/events"),
     ("GET", "api/v1/snapshot"),
+    ("GET", "api/v1/replication"),
     ("POST", "api/v1/events"),
     # the broker
     ("GET", "api/v1/queues"),

@@ -14,6 +14,13 @@ counts a service ready only when the process answering at its admin port is the 
 started (the pid in ``/api/v1/info``): a port held by another cluster, from another
 checkout or left by a launcher that died, is refused at once with what holds it.
 
+A service of the cluster file may also be another program, given by its command
+(``command = ["etcd", ...]``): ``zbus up --ha`` (``deploy/local-cluster-ha.toml``) runs
+etcd so, first, and the event bus as three replicas that elect their leader through it.
+A program is ready when its ``ready_path`` answers 200 and the process listening on its
+admin port is the one started; a missing program is named, with how to install it,
+before anything starts.
+
 Services do not outlive their launcher, even one killed with ``kill -9``: each gets the
 read end of a pipe whose write end only the launcher holds (``ZBUS_LIFELINE_FD``; at its
 end of file the service shuts down gracefully), and on Linux also a parent-death signal

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "answers_ok",
     "describe_exit",
     "get_json",
     "held",
+    "listening_pids",
     "parent_death_signal",
     "pid_alive",
     "pid_of",
@@ -97,7 +99,7 @@ def who(info: Any, port: int) -> str:
     to see."""
     pid = pid_of(info)
     if pid is None:
-        pids = _listening_pids(port)
+        pids = listening_pids(port)
         pid = pids[0] if len(pids) == 1 else None
     name = info.get("name") if isinstance(info, dict) else None
     if isinstance(name, str):
@@ -113,7 +115,7 @@ def pid_of(info: Any) -> int | None:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
 
 
-def _listening_pids(port: int) -> list[int]:
+def listening_pids(port: int) -> list[int]:
     """The pids of the processes with a TCP socket listening on ``port`` (Linux /proc)."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -150,6 +152,15 @@ def _cmdline(pid: int) -> str:
         return "command unknown"
     text = " ".join(w.decode(errors="replace") for w in words)
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def answers_ok(url: str, timeout: float = 1.0) -> bool:
+    """Whether ``url`` answers 200 (whatever the body)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 def get_json(url: str, timeout: float = 1.0) -> Any:

@@ -13,7 +13,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import FrameType
@@ -22,9 +21,11 @@ from typing import IO, Any
 from zbus.launcher.config import ServiceSpec
 from zbus.launcher.policy import GiveUp, Phase, RestartPolicy, Supervision
 from zbus.launcher.procs import (
+    answers_ok,
     describe_exit,
     get_json,
     held,
+    listening_pids,
     parent_death_signal,
     pid_alive,
     pid_of,
@@ -102,7 +103,8 @@ class Cluster:
 
         Returns:
             0 once stopped as asked; 1 when the cluster could not be started at all
-            (another launcher runs on this state dir, or the admin ports are held).
+            (another launcher runs on this state dir, a program is not installed, or
+            the admin ports are held).
         """
         running = read_pidfile(self.pidfile)
         if running is not None and pid_alive(running["launcher"]):
@@ -110,6 +112,12 @@ class Cluster:
                 f"a zbus cluster is already running (pid {running['launcher']}); "
                 "stop it with `make down`"
             )
+            return 1
+        missing = [line for s in self.specs if (line := s.missing_program()) is not None]
+        if missing:
+            for line in missing:
+                self.say(line)
+            self.say("refusing to start: install what is missing first")
             return 1
         taken = [line for s in self.specs if (line := held(s.name, s.admin_port)) is not None]
         if taken:
@@ -195,7 +203,7 @@ class Cluster:
         try:
             with (logs / f"{spec.name}.log").open("ab") as logfile:
                 slot.proc = subprocess.Popen(
-                    [sys.executable, "-m", spec.module],
+                    spec.argv(data.resolve()),
                     env=env,
                     stdout=logfile,
                     stderr=subprocess.STDOUT,
@@ -229,6 +237,9 @@ class Cluster:
 
     def _check_ready(self, slot: _Slot, proc: subprocess.Popen[bytes], now: float) -> None:
         spec = slot.spec
+        if spec.is_program:
+            self._check_program_ready(slot, proc, now)
+            return
         info = get_json(f"{spec.admin_url}/api/v1/info")
         if info is not None and pid_of(info) != proc.pid:
             self._end_start(
@@ -237,14 +248,36 @@ class Cluster:
                 f"for {who(info, spec.admin_port)}, not for the {spec.name} this launcher "
                 f"started (pid {proc.pid})",
             )
-        elif info is not None and get_json(f"{spec.admin_url}/readyz") is not None:
-            slot.sup.became_ready(now)
-            slot.since = time.time()
-            again = f" again (restart {slot.sup.restarts})" if slot.sup.restarts else ""
-            self.say(f"  {spec.name:<12} ready{again}  {spec.admin_url}")
-            self._write_state()
+        elif info is not None and get_json(spec.ready_url) is not None:
+            self._ready(slot, now)
         elif now - slot.started_at > spec.ready_timeout:
             self._end_start(slot, f"not ready within {spec.ready_timeout:g} s")
+
+    def _check_program_ready(self, slot: _Slot, proc: subprocess.Popen[bytes], now: float) -> None:
+        """A program (not a zbus service) is ready when its ``ready_path`` answers 200 and
+        the process listening on its admin port is the one started (as /proc tells it:
+        it has no ``/api/v1/info`` to say its pid)."""
+        spec = slot.spec
+        if answers_ok(spec.ready_url):
+            pids = listening_pids(spec.admin_port)
+            if pids and proc.pid not in pids:
+                self._end_start(
+                    slot,
+                    f"not started: port {spec.admin_port} ({spec.name}'s admin port) is held "
+                    f"by {who(None, spec.admin_port)}, not by the {spec.name} this launcher "
+                    f"started (pid {proc.pid})",
+                )
+            else:
+                self._ready(slot, now)
+        elif now - slot.started_at > spec.ready_timeout:
+            self._end_start(slot, f"not ready within {spec.ready_timeout:g} s")
+
+    def _ready(self, slot: _Slot, now: float) -> None:
+        slot.sup.became_ready(now)
+        slot.since = time.time()
+        again = f" again (restart {slot.sup.restarts})" if slot.sup.restarts else ""
+        self.say(f"  {slot.spec.name:<12} ready{again}  {slot.spec.admin_url}")
+        self._write_state()
 
     def _end_start(self, slot: _Slot, what: str) -> None:
         """A start that cannot succeed: its process is stopped, and it counts as failed."""
@@ -305,6 +338,9 @@ class Cluster:
         for slot in self.slots:
             if slot.sup.phase is not Phase.READY:
                 continue
+            if slot.spec.is_program:
+                self.say(f"  {slot.spec.name:<12} {'url':<12} {slot.spec.admin_url}")
+                continue
             info = get_json(f"{slot.spec.admin_url}/api/v1/info") or {}
             for name, endpoint in sorted(info.get("endpoints", {}).items()):
                 self.say(f"  {slot.spec.name:<12} {name:<12} {endpoint}")
@@ -333,7 +369,11 @@ class Cluster:
             self._release(slot)
             slot.sup.stopped()
             slot.last_exit = describe_exit(code)
-            self.say(f"  {name:<12} stopped (exit {code})")
+            # A program may end by the very SIGTERM it was sent (etcd does): a stop too.
+            how = f"exit {code}" if code >= 0 else slot.last_exit
+            if code == -signal.SIGTERM:
+                how = "by SIGTERM"
+            self.say(f"  {name:<12} stopped ({how})")
         with contextlib.suppress(FileNotFoundError):
             self.pidfile.unlink()
 

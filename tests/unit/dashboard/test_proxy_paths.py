@@ -15,6 +15,7 @@ from zbus.dashboard.proxy import allowed
         ("GET", "api/v1/bus"),
         ("GET", "api/v1/topics"),
         ("GET", "api/v1/events"),
+        ("GET", "api/v1/replication"),
         ("POST", "api/v1/events"),
         ("GET", "api/v1/queues"),
         ("GET", "api/v1/jobs/0b7c-1"),

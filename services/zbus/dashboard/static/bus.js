@@ -1,6 +1,7 @@
-// Bus: the sequence and rate, each front door's peers, drops and rejects, the topics
-// (paged, filtered by prefix, with their rates from the catalog's samples), a live tail
-// of events under a prefix, and a form to publish an event.
+// Bus: the sequence and rate, the replicas and their roles (a replicated bus), each front
+// door's peers, drops and rejects, the topics (paged, filtered by prefix, with their
+// rates from the catalog's samples), a live tail of events under a prefix, and a form to
+// publish an event.
 "use strict";
 
 (() => {
@@ -55,6 +56,31 @@
       );
     }
     $("doors-body").replaceChildren(...rows);
+  }
+
+  // Each bus's /api/v1/replication: a row per replica of a group; none for a bus that is
+  // not replicated (role "single"). A replica that does not answer shows no role.
+  async function refreshReplicas(buses) {
+    const answers = await Promise.allSettled(buses.map((b) => ZB.proxy(b, "api/v1/replication")));
+    const rows = [];
+    answers.forEach((answer, i) => {
+      const r = (answer.status === "fulfilled" && answer.value) || {};
+      if (r.role === "single") return;
+      rows.push(
+        el(
+          "tr",
+          { data: { replica: buses[i], role: r.role || "" } },
+          el("td", { text: buses[i] }),
+          el("td", { data: { field: "role" }, text: r.role || "–" }),
+          el("td", { text: ZB.num(r.epoch) }),
+          el("td", { text: ZB.num(r.log_end) }),
+          el("td", { text: ZB.num(r.high_watermark) }),
+        ),
+      );
+    });
+    const replicated = answers.some((a) => a.status === "fulfilled" && a.value && a.value.role && a.value.role !== "single");
+    $("bus-replicas").hidden = !replicated;
+    $("replicas-body").replaceChildren(...(replicated ? rows : []));
   }
 
   function renderTopics(answer, rates) {
@@ -122,11 +148,12 @@
     if (service !== state.service) Object.assign(state, { service, cursors: [null], next: null });
     const prefix = $("topic-prefix").value;
     const after = ZB.pageCursor(state);
-    const [bus, topics, rates, tail] = await Promise.allSettled([
+    const [bus, topics, rates, tail, replicas] = await Promise.allSettled([
       ZB.proxy(service, "api/v1/bus"),
       ZB.proxy(service, "api/v1/topics", { prefix, after, limit: TOPICS_PAGE }),
       ZB.getJSON(`/api/v1/history/topics?${new URLSearchParams({ service, prefix })}`),
       refreshTail(service),
+      refreshReplicas(buses),
     ]);
     if (bus.status === "fulfilled") renderStats(bus.value);
     else errors.push(bus.reason.message);
@@ -135,6 +162,7 @@
     } else errors.push(topics.reason.message);
     if (rates.status === "rejected") errors.push(rates.reason.message);
     if (tail.status === "rejected") errors.push(tail.reason.message);
+    if (replicas.status === "rejected") errors.push(replicas.reason.message);
   }
 
   async function publish(event) {
