@@ -22,7 +22,7 @@ import zmq.asyncio
 
 from tests.support.ports import HeldPorts
 from tests.support.running import start_service
-from tests.support.waiting import UNIT
+from tests.support.waiting import UNIT, wait_until
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.eventbus.client import (
     AsyncEventBusClient,
@@ -567,3 +567,22 @@ async def test_closing_is_idempotent_and_ends_iteration(bus_on_loop: Bus) -> Non
             c.publish("/t", b"x")
 
     await asyncio.to_thread(scenario)
+
+
+def test_an_unconfirmed_publish_moves_on_from_a_bus_that_takes_nothing(
+    bus: EventBusService, bus_endpoints: BusEndpoints, refused_ports: HeldPorts
+) -> None:
+    """The replicas of a group or a backup, the first one dead: log shipping and any
+    other fire-and-forget publisher reach the next once the first took nothing."""
+    dead = f"tcp://127.0.0.1:{refused_ports.ports[0]}"
+    with EventBusClient([dead, bus_endpoints], producer="moving") as client:
+        with pytest.raises(TimeoutError, match="took nothing"):
+            client.publish("/moving/a", b"lost", timeout=0.2)
+        client.publish("/moving/b", b"kept")
+        client.close(linger=5.0)
+    reader = bus.store.reader()
+    try:
+        wait_until(lambda: bool(reader.replay(("/moving/",), 0, 10)), 10, what="the event")
+        assert [e.topic for e in reader.replay(("/moving/",), 0, 10)] == ["/moving/b"]
+    finally:
+        reader.close()

@@ -183,6 +183,10 @@ class ClientShell(Generic[_C]):
         if sock is None:
             sock = self._pub = self._socket(zmq.DEALER)
             protocol = self._protocol
+            if len(protocol.endpoints) > 1:
+                # With somewhere else to go, queue nothing for a bus not connected: a
+                # send that waits its time out moves on (:meth:`_send_rest`).
+                sock.immediate = True
             sock.connect(protocol.endpoints[protocol.publishing].collector)
         return sock
 
@@ -215,6 +219,10 @@ class ClientShell(Generic[_C]):
         self, sock: zmq.Socket[Any], messages: list[list[bytes]], start: int, wait: float
     ) -> Flow[list[int] | None]:
         if not (yield from send_all(sock, messages, start, wait)):
+            # A bus that takes nothing is gone or stuck: the next publish goes to the next
+            # endpoints (the replicas of a group, or a backup), as a confirmed one would.
+            self._drop_publisher()
+            self._protocol.rotate_publisher()
             raise TimeoutError(f"the bus took nothing for {wait:g} s")
         return None
 
