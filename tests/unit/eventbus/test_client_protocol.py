@@ -46,6 +46,17 @@ def test_failover_goes_through_the_endpoints_in_order_and_wraps() -> None:
     assert protocol(endpoints=BASES[:1]).next_endpoints(0) == 0
 
 
+def test_an_endpoint_that_answered_nothing_is_passed_over_for_a_while() -> None:
+    p = protocol()  # three endpoints; publishing to the first
+    assert p.rotate_publisher(100.0, silent=True) == p.endpoints[1]  # the first was silent
+    assert p.rotate_publisher(100.1) == p.endpoints[2]  # refused by the second
+    assert p.rotate_publisher(100.2) == p.endpoints[1]  # the first passed over
+    assert p.rotate_publisher(100.3, silent=True) == p.endpoints[2]
+    # Every other one silent too: the next in order all the same.
+    assert p.rotate_publisher(100.4, silent=True) == p.endpoints[0]
+    assert p.rotate_publisher(106.0) == p.endpoints[1]  # after SILENT_SECONDS, in order
+
+
 def test_an_unconfirmed_publish_is_batches_stamped_with_the_time_given() -> None:
     messages = protocol().publication([("/a", b"x"), ("/b", {"k": 1})], False, 5.0, WALL)
     assert isinstance(messages, list) and len(messages) == 1

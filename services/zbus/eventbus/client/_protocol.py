@@ -29,6 +29,9 @@ __all__ = ["FAILOVER_SECONDS", "PLAIN_DIALECTS", "ClientProtocol", "Compat", "Co
 FAILOVER_SECONDS = 10.0
 #: The pause before the next endpoint, after an "unavailable".
 RETRY_PAUSE_MS = 50
+#: How long publishing passes over an endpoint that answered nothing in a round, while
+#: another one may answer (the replicas of a group: a dead leader's is skipped).
+SILENT_SECONDS = 5.0
 
 Compat: TypeAlias = Literal["zbus", "spec", "node"]
 #: The wire dialect of each ``compat`` that keeps to the plain protocol.
@@ -53,11 +56,13 @@ class ConfirmedPublish:
         self._seqs: dict[str, int] = {}
         self._wanted: set[str] = set()
         self._failover_until: float | None = None
+        self.timed_out = True  # the round ended without an answer (False: a refusal)
 
     def begin(self, now: float) -> list[list[bytes]]:
         """A new round: the ZB-PUBs of the chunks not confirmed yet; its deadline is
         ``now + wait``."""
         self._rounds -= 1
+        self.timed_out = True
         seqs = self._seqs
         chunks = [rows for rows in self._chunks if any(r[3] not in seqs for r in rows)]
         self._wanted = {r[3] for rows in chunks for r in rows}
@@ -131,6 +136,7 @@ class ClientProtocol:
         self.misses = misses
         self.outbox = Outbox(producer)
         self.publishing = 0  # the index of the endpoints publishing goes to
+        self._silent: dict[int, float] = {}  # endpoints index -> passed over until
 
     def next_endpoints(self, index: int) -> int:
         """Where to go when the bus at ``endpoints[index]`` is silent: the next one, in
@@ -138,9 +144,21 @@ class ClientProtocol:
         fail over through here."""
         return (index + 1) % len(self.endpoints)
 
-    def rotate_publisher(self) -> BusEndpoints:
-        """Publishing fails over (a confirm unanswered): the endpoints it goes to now."""
-        self.publishing = self.next_endpoints(self.publishing)
+    def rotate_publisher(self, now: float | None = None, *, silent: bool = False) -> BusEndpoints:
+        """Publishing fails over (a confirm unanswered or refused): the endpoints it goes
+        to now. With ``silent``, the endpoints left answered nothing, and are passed over
+        for ``SILENT_SECONDS`` after ``now`` (monotonic) while another is left: a dead
+        leader's is not waited on again while its replicas elect another."""
+        if silent and now is not None:
+            self._silent[self.publishing] = now + SILENT_SECONDS
+        index = self.publishing
+        for _ in range(len(self.endpoints)):
+            index = self.next_endpoints(index)
+            if now is None or self._silent.get(index, 0.0) <= now:
+                break
+        else:
+            index = self.next_endpoints(self.publishing)
+        self.publishing = index
         return self.endpoints[self.publishing]
 
     def subscription_core(

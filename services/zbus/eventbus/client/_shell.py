@@ -244,6 +244,7 @@ class ClientShell(Generic[_C]):
                 except ReplicaUnavailable:
                     # A replica of a group that cannot take them now: the same uuids go
                     # to the next endpoint, after a short pause, until the failover time.
+                    pub.timed_out = False
                     if not pub.unavailable(clock.monotonic()):
                         raise
                     yield Wait((sock,), 0, RETRY_PAUSE_MS)
@@ -251,7 +252,8 @@ class ClientShell(Generic[_C]):
             # idempotent by uuid, so an event that did reach a bus answers its old
             # sequence there).
             self._drop_publisher()
-            self._protocol.rotate_publisher()
+            # A round without an answer (not a refusal): that endpoint is passed over.
+            self._protocol.rotate_publisher(clock.monotonic(), silent=pub.timed_out)
             if not pub.rounds_left:
                 raise TimeoutError(f"no confirmation within {pub.wait:g} s from any endpoint")
 

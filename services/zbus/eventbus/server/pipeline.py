@@ -32,6 +32,7 @@ from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.rejects import LogLimiter
 from zbus.common.threads import SocketThread
 from zbus.common.wire import send_frames
+from zbus.eventbus.core.batchlog import StoredBatch, uuid_texts
 from zbus.eventbus.core.flow import stream_messages
 from zbus.eventbus.core.spec import Confirm, SpecCollector, SpecPublisher
 from zbus.eventbus.server.config import EventBusSettings
@@ -326,12 +327,34 @@ class Pipeline(SocketThread):
         visible = repl.visible()
         while repl.published < visible:
             batches = repl.reader.batches(repl.published, 64)
-            events = [e for b in batches for e in b.events() if repl.published < e.seq <= visible]
-            if not events:
+            if not batches:
                 repl.published = visible
                 break
-            self._broadcast(AppendResult(events, []))
-            repl.published = events[-1].seq
+            for batch in batches:
+                if batch.first_seq > visible:
+                    return
+                if self.subscriptions.active or batch.seqs is not None or batch.last_seq > visible:
+                    events = [e for e in batch.events() if repl.published < e.seq <= visible]
+                    if events:
+                        self._broadcast(AppendResult(events, []))
+                else:
+                    self._stream_batch(batch, repl.published)
+                repl.published = min(batch.last_seq, visible)
+
+    def _stream_batch(self, batch: StoredBatch, published: int) -> None:
+        """A stored batch of contiguous sequences on the STREAM, from its columns: no
+        event object made (a replica with no spec subscriber, ADR 0009)."""
+        topics, producers, stamps, data = batch.columns()
+        uuids = uuid_texts(batch.uuids)
+        skip = max(0, published - batch.first_seq + 1)
+        rows = list(zip(topics, producers, stamps, uuids, data, strict=True))[skip:]
+        first = batch.first_seq + skip
+        for _, payload in stream_messages(first, rows, self._message_cap, self._pack):
+            self._fan_out(self.stream, [ext.STREAM_BATCH, payload], "stream")
+        self.metrics.stored.inc(len(rows))
+        self.metrics.broadcast.labels("stream").inc(len(rows))
+        self.metrics.sequence.set(batch.last_seq)
+        self.spec.beat.sent(self.clock.monotonic())
 
     def _broadcast(self, result: AppendResult) -> None:
         stored = result.stored
