@@ -152,6 +152,10 @@ class CoordinationThread(EssentialThread):
             # A new group (no in-sync set yet) is started by whoever comes first.
             if (s.eligible and s.name in read.members) or read.revision == 0:
                 sent = self.clock.monotonic()
+                # The lease counts from now: one kept from an earlier try is renewed
+                # (or a new one granted), so that etcd's TTL runs from after ``sent``.
+                if not c.keepalive():
+                    c.grant()
                 won = c.campaign(self.address, read)
                 if won is not None:
                     with s.lock:
