@@ -326,7 +326,12 @@ class Pipeline(SocketThread):
             self._send_reply(identity, frames)
         visible = repl.visible()
         while repl.published < visible:
-            batches = repl.reader.batches(repl.published, 64)
+            try:
+                batches = repl.reader.batches(repl.published, 64)
+            except StoreError as exc:  # a damaged batch: logged, tried again later
+                if self._limiter.allow(self.clock.monotonic()):
+                    log.error("cannot read back the log to publish", extra={"error": str(exc)})
+                return
             if not batches:
                 repl.published = visible
                 break

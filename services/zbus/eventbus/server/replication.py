@@ -394,7 +394,13 @@ class ReplicationLink:
         frames: list[bytes] = []
         size = 0
         if from_seq <= self.core.log_end:
-            for batch in self.reader.batches(from_seq - 1, SERVE_BATCHES):
+            try:
+                batches = self.reader.batches(from_seq - 1, SERVE_BATCHES)
+            except StoreError as exc:  # a damaged batch: say so, serve nothing
+                self._rejected("store_error", str(exc))
+                self._reply(identity, rp.Refused(self.core.epoch, "store_error", str(exc)[:1000]))
+                return
+            for batch in batches:
                 raw = batchlog.pack(batch)
                 frames.append(raw)
                 size += len(raw)
@@ -462,6 +468,11 @@ class ReplicationLink:
 
     def _apply(self, serve: rp.Serve) -> None:
         end = self.store.last_sequence()
+        if serve.from_seq != end + 1:
+            # Not the answer to the fetch in flight (one sent before a truncation):
+            # appending it could leave a hole.
+            self._rejected("stale_answer", f"from {serve.from_seq}, this log ends at {end}")
+            return
         try:
             for raw in serve.batches:
                 batch = batchlog.unpack(raw)
