@@ -105,3 +105,23 @@ def test_reads_wait_for_the_high_watermark(tmp_path: Path, monkeypatch: pytest.M
     assert page.sequence == 7 and {e.topic for e in page.events} == {"/a", "/b", "/c", "/d"}
     reader.close()
     log.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "x" * 36,
+        "00000000-0000-0000-0000-00000000000 ",  # fromhex would skip the space
+        "00000000-0000-0000-0000-0000000000",  # short, and the next one long
+        "000000000-000-0000-0000-000000000000",  # a dash out of place
+    ],
+)
+def test_an_append_with_a_malformed_uuid_is_refused_whole(tmp_path: Path, bad: str) -> None:
+    log = SqliteEventLog(tmp_path / "events.db")
+    events = [ev("/a", 1), NewEvent("/a", "p", TS, bad, b"x"), ev("/a", 3)]
+    if len(bad) == 34:
+        events.append(NewEvent("/a", "p", TS, str(uuidlib.UUID(int=4)) + "00", b"x"))
+    with pytest.raises(ValueError, match="not a canonical uuid"):
+        log.append(events, 1.0)
+    assert log.last_sequence() == 0
+    log.close()
