@@ -167,8 +167,8 @@ def _service(entry: Any, where: str) -> ServiceSpec:
         raise ConfigError(f"{where}: admin_port must be a port number")
     if not isinstance(env, dict) or not all(isinstance(v, str | int) for v in env.values()):
         raise ConfigError(f"{where}: env must map names to strings or numbers")
-    if not isinstance(timeout, int | float) or timeout <= 0:
-        raise ConfigError(f"{where}: ready_timeout must be a positive number")
+    if not isinstance(timeout, int | float) or not 0 < timeout <= 3600:  # NaN is refused too
+        raise ConfigError(f"{where}: ready_timeout must be a number of seconds in (0, 3600]")
     if not isinstance(ready_path, str) or not ready_path.startswith("/"):
         raise ConfigError(f"{where}: ready_path must be a path starting with '/'")
     if hint is not None and not isinstance(hint, str):
