@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import uuid as uuidlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 import zmq
@@ -25,6 +25,7 @@ from zbus.common.security import KeyPair, check_client, make_client
 from zbus.eventbus.client._counters import Counter
 from zbus.eventbus.client._log import log
 from zbus.eventbus.client._shell import plain_context
+from zbus.eventbus.client.endpoints import door_list
 from zbus.eventbus.client.errors import PPPPError
 from zbus.eventbus.core.pppp_channel import PPPPMessage
 from zbus.eventbus.core.pppp_subscriber import (
@@ -69,11 +70,15 @@ class SubscriberShell(Generic[_C]):
     the core delivered and the application has not taken yet; with what is held out of
     order it is bounded by ``max_held`` / ``max_held_bytes``. Time is read from
     :attr:`clock` (the system's).
+
+    Given several doors it talks to one at a time, the first first; when that one goes
+    silent (the core's silence rule) it subscribes again on a new socket to the next
+    one, in turn, keeping its positions.
     """
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         channels: Iterable[str] | str,
         *,
         name: str | None = None,
@@ -91,7 +96,12 @@ class SubscriberShell(Generic[_C]):
         settings = SubscriberSettings(
             ack_every, first_idle, idle, misses, max_held, max_held_bytes, max_sync_bytes
         )
-        self.endpoint = endpoint
+        #: The doors, tried in turn; :attr:`endpoint` is the one talked to now.
+        self.endpoints = door_list(endpoint)
+        self.endpoint = self.endpoints[0]
+        self._door = 0
+        #: Moves to the next door because the one talked to went silent.
+        self.failovers = 0
         self.identity = check_name(name)
         self.name = name
         self.curve = check_client(curve)
@@ -191,7 +201,11 @@ class SubscriberShell(Generic[_C]):
             now = clock.monotonic()
             if now >= core.wake:
                 self._read()
-                self._act(core.tick(now))
+                silences = core.silences
+                actions = core.tick(now)
+                if core.silences != silences and len(self.endpoints) > 1:
+                    self._next_door()
+                self._act(actions)
             if self._ready:
                 msg = self._ready.popleft()
                 self._taken = msg
@@ -205,6 +219,23 @@ class SubscriberShell(Generic[_C]):
             if not self._read():
                 end = core.wake if deadline is None else min(deadline, core.wake)
                 return max(0, int((end - now) * 1000) + 1)
+
+    def _next_door(self) -> None:
+        """The door went silent: a new socket to the next one (the SUBSCRIBEs the core
+        has just made go there)."""
+        old, old_sock = self.endpoint, self._sock
+        self._door = (self._door + 1) % len(self.endpoints)
+        self.endpoint = self.endpoints[self._door]
+        self._sock = self._open()
+        old_sock.close(linger=0)
+        self.failovers += 1
+        self._core.other_door()
+        log.info(
+            "pppp subscriber: %s went silent, subscribing at %s",
+            old,
+            self.endpoint,
+            extra={"endpoint": self.endpoint},
+        )
 
     def _custom(self, frames: tuple[bytes, ...]) -> None:
         if self._closed:

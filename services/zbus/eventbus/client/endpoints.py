@@ -1,5 +1,6 @@
 """Where a bus is: :class:`BusEndpoints`, the four sockets of one bus server, and the
-list of them a client is given (a primary and its backups, in order)."""
+list of them a client is given (a primary and its backups, in order); the doors of a
+door's client (:func:`door_list`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, TypeAlias
 
 from zbus.common.endpoints import parse_tcp_endpoint
 
-__all__ = ["BusEndpoints", "EndpointsArg", "endpoint_list"]
+__all__ = ["BusEndpoints", "EndpointsArg", "door_list", "endpoint_list"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,4 +61,22 @@ def endpoint_list(endpoints: EndpointsArg) -> tuple[BusEndpoints, ...]:
     out = tuple(BusEndpoints.from_base(e) if isinstance(e, str) else e for e in items)
     if not out:
         raise ValueError("at least one set of bus endpoints is needed")
+    return out
+
+
+def door_list(endpoint: str | Sequence[str]) -> tuple[str, ...]:
+    """The doors a PPPP or mc0 client tries in turn: one endpoint, a list, or several in one
+    string, comma-separated (``"tcp://a:5560,tcp://b:5570"``).
+
+    Raises:
+        ValueError: no endpoint.
+        TypeError: an endpoint that is not text.
+    """
+    items = endpoint.split(",") if isinstance(endpoint, str) else list(endpoint)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"an endpoint must be text, got {item!r}")
+    out = tuple(e.strip() for e in items if e.strip())
+    if not out:
+        raise ValueError("at least one endpoint is needed")
     return out

@@ -6,7 +6,8 @@ spec's shape, and keeps its session alive by the TTL it sent
 (:class:`~zbus.eventbus.core.mc0.Liveness`): a NOOP after ``0.95 x TTL`` of its own
 silence, and after ``1.05 x TTL`` without a word from the bus a new CONNECT and SUB of
 every topic it holds (counted in ``reconnects``), since the bus then has dropped its
-session or restarted.
+session or restarted. Given several doors (the replicas of a group), it talks to one at
+a time and makes that new session at the next one, in turn.
 
 A client belongs to one thread at a time. It reads only while one of its methods runs:
 MESSAGEs that arrive while it waits for an OK are kept, in order, for :meth:`next`.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import uuid as uuidlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -28,6 +29,7 @@ from zbus.common.protocols import mc0
 from zbus.common.protocols.errors import ProtocolError
 from zbus.common.security import KeyPair, check_client, make_client
 from zbus.errors import ZbusError
+from zbus.eventbus.client.endpoints import door_list
 from zbus.eventbus.core.mc0 import Liveness
 
 __all__ = ["Mc0Client", "Mc0Error", "Mc0Message"]
@@ -62,7 +64,14 @@ class Mc0Client:
     """A blocking mc0 client.
 
     Args:
-        endpoint: the mc0 door, e.g. ``tcp://127.0.0.1:61616``.
+        endpoint: the mc0 door, e.g. ``tcp://127.0.0.1:61616``; or the doors of a
+            replicated bus's replicas, as a list or comma-separated
+            (``"tcp://h1:61616,tcp://h2:61626"``). The client talks to one at a time:
+            a CONNECT that gets no answer within ``timeout`` is tried at the next one
+            (each once), and when the door goes silent (``1.05 x TTL``) the new
+            session is made at the next one (:attr:`endpoint` is the door now,
+            ``failovers`` counts the moves). Topics are subscribed again there;
+            messages published meanwhile are not sent again (mc0 has no positions).
         ttl: the TTL sent with CONNECT, in seconds (the bus's range: 0.1 s to a day).
         timeout: seconds to wait for each OK.
         curve: ``(this client's key pair, the bus's public key)`` when the bus runs
@@ -79,7 +88,7 @@ class Mc0Client:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         *,
         ttl: float = 30.0,
         timeout: float = 10.0,
@@ -91,7 +100,10 @@ class Mc0Client:
             raise ValueError(f"ttl must be 0.1 to 86400 seconds, got {ttl}")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
-        self.endpoint = endpoint
+        self.endpoints = door_list(endpoint)
+        self.endpoint = self.endpoints[0]
+        self._door = 0
+        self.failovers = 0
         self.ttl = ttl
         self.timeout = timeout
         self.curve = check_client(curve)
@@ -133,7 +145,14 @@ class Mc0Client:
             Mc0Error: the bus refused it.
         """
         params = (("TTL", str(round(self.ttl * 1000))), ("VERSION", VERSION))
-        self._request(lambda ident: mc0.Connect(params, ident))
+        for left in range(len(self.endpoints) - 1, -1, -1):
+            try:
+                self._request(lambda ident: mc0.Connect(params, ident))
+                break
+            except TimeoutError:
+                if not left:
+                    raise
+                self._next_door()
         self._live.reset(self.clock.monotonic())
 
     def subscribe(self, *topics: str) -> None:
@@ -213,6 +232,8 @@ class Mc0Client:
             # The bus has not spoken for 1.05 x TTL: it dropped the session or restarted.
             self.reconnects += 1
             self._live.reset(now)
+            if len(self.endpoints) > 1:
+                self._next_door()
             try:
                 self.connect()
                 if self.topics:
@@ -221,6 +242,15 @@ class Mc0Client:
                 pass  # tried again after another TTL
         elif self._live.noop_due(now):
             self._send(mc0.Noop())
+
+    def _next_door(self) -> None:
+        """A new socket to the next door (the bus's session is made there anew)."""
+        old = self._sock
+        self._door = (self._door + 1) % len(self.endpoints)
+        self.endpoint = self.endpoints[self._door]
+        self._sock = self._open()
+        old.close(linger=0)
+        self.failovers += 1
 
     def _send(self, cmd: mc0.Mc0Command) -> None:
         try:

@@ -36,7 +36,18 @@ class PPPPSubscriber(SubscriberShell["zmq.Context[Any]"], Items[PPPPMessage]):
     when it is made.
 
     Args:
-        endpoint: the bus's PPPP door, e.g. ``tcp://127.0.0.1:5560``.
+        endpoint: the bus's PPPP door, e.g. ``tcp://127.0.0.1:5560``; or the doors of
+            a replicated bus's replicas, as a list or comma-separated
+            (``"tcp://h1:5560,tcp://h2:5570,tcp://h3:5580"``). The subscriber talks to
+            the first; when the door it talks to goes silent (no HEARTBEAT or message
+            for ``misses x idle``) it subscribes at the next one, in turn, keeping its
+            positions (:attr:`failovers` counts the moves, :attr:`endpoint` is the door
+            now). A position carries over only if the next door numbers the channel
+            as the last one did; the subscriber checks that with the bus sequences and
+            raises :class:`PPPPError` where it sees a difference, rather than drop or
+            repeat events. The replicas' doors number their channels each from their
+            own first SUBSCRIBE today, so across them expect that error, or a SYNC
+            (docs/protocols/pppp.md, "Several doors").
         channels: the channels to subscribe to: topic prefixes (``""``: every topic).
         name: who the subscriber is, its socket identity (1 to 255 bytes of UTF-8). The
             bus knows a subscriber by it: one that comes back under the same name

@@ -7,7 +7,7 @@ this module awaits where they wait.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Self
 
 import zmq
@@ -31,8 +31,9 @@ class AsyncPPPPSubscriber(SubscriberShell[zmq.asyncio.Context], AsyncItems[PPPPM
             async for msg in sub:
                 ...
 
-    Args: as :class:`~zbus.eventbus.client.pppp.PPPPSubscriber`; ``context`` is a
-    ``zmq.asyncio`` context.
+    Args: as :class:`~zbus.eventbus.client.pppp.PPPPSubscriber` (``endpoint`` one door or
+    the replicas' doors, a list or comma-separated); ``context`` is a ``zmq.asyncio``
+    context.
     """
 
     @classmethod
@@ -40,7 +41,9 @@ class AsyncPPPPSubscriber(SubscriberShell[zmq.asyncio.Context], AsyncItems[PPPPM
         return zmq.asyncio.Context()
 
     @classmethod
-    async def open(cls, endpoint: str, channels: Iterable[str] | str, **options: object) -> Self:
+    async def open(
+        cls, endpoint: str | Sequence[str], channels: Iterable[str] | str, **options: object
+    ) -> Self:
         """A new subscriber (options as for the constructor, which subscribes): the
         same as calling the class."""
         return cls(endpoint, channels, **options)  # type: ignore[arg-type]

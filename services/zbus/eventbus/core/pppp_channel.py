@@ -95,9 +95,11 @@ class ChannelState:
     __slots__ = (
         "acked",
         "adopt_at",
+        "bus",
         "channel",
         "done",
         "dup_owed",
+        "guard",
         "heard",
         "nack_at",
         "owed_at",
@@ -130,6 +132,8 @@ class ChannelState:
         self.sync_heard_at = 0.0  # the SUBSCRIBE, or the latest SYNC item since
         self.retry_wait = 0.0  # how long an unanswered SUBSCRIBE waits before another
         self.adopt_at: float | None = None  # resumed without a SYNC: take the position then
+        self.bus = 0  # the bus sequence of the live message at ``position`` (0: unknown)
+        self.guard = False  # another door: check that its numbering agrees (``bus``)
 
     def new_conversation(self, now: float, retry_wait: float) -> None:
         """A SUBSCRIBE went out: the bus counts what it sends (and what we may ACK) anew."""

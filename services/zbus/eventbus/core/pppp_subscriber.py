@@ -44,10 +44,21 @@ its positions):
   message sent, which may come first, is higher).
 - **Heartbeats**: after ``first_idle`` of our silence the first, then every ``idle``.
 - **A silent bus** (nothing heard for ``misses x idle``): SUBSCRIBE again to every
-  channel (the bus restarted, or forgot us). A channel waiting for its SYNC that hears
+  channel (the bus restarted, or forgot us); counted in ``silences``. A client given
+  several doors (the replicas of a group) sends these SUBSCRIBEs to the next door, after
+  :meth:`~SubscriberCore.other_door`. A channel waiting for its SYNC that hears
   no item for ``misses x first_idle`` (doubling up to ``misses x idle``) subscribes
   again, and so does one that heard nothing at all since its SUBSCRIBE for
   ``misses x idle`` (its SUBSCRIBE may have been lost).
+- **Another door.** A position is worth something on another door only where that
+  door numbers the channel as the last one did. After :meth:`~SubscriberCore.other_door`
+  each channel checks that with the bus sequences (the same on every replica): a
+  duplicate newer than the message at its position, or a next message not newer than
+  it, means the numbering differs, and the subscriber fails
+  (:attr:`~SubscriberCore.failure`) rather than drop or repeat events. The first next
+  message that is newer, or a SYNC taken (the channel then follows the new door's
+  numbering), ends the check. A channel whose position came from a store or a SYNC
+  (no live message since) cannot check.
 """
 
 from __future__ import annotations
@@ -212,6 +223,7 @@ class SubscriberCore:
         self.syncs = 0
         self.sync_retries = 0
         self.resubscribes = 0
+        self.silences = 0  # SUBSCRIBEs of every channel because the bus went silent
         self.heartbeats = 0
         self.malformed = 0
         self.unexpected = 0
@@ -315,6 +327,21 @@ class SubscriberCore:
         self._sent(now)
         return frames
 
+    def other_door(self) -> None:
+        """The next SUBSCRIBEs go to another door (a replica): check, per channel, that its
+        numbering agrees with the one the position was taken in (see the module's rules)."""
+        for st in self._channels.values():
+            st.guard = st.bus != 0 and st.position is not None
+
+    def _numbering_differs(self, st: ChannelState, seq: int, bus_seq: int) -> Actions:
+        st.guard = False
+        self.failure = (
+            f"channel {st.channel!r} is numbered differently on this door: at its "
+            f"sequence {seq} it has the bus's event {bus_seq}, and position {st.position} "
+            f"was the bus's event {st.bus}; the position does not carry over"
+        )
+        return Actions(problem=self.failure)
+
     def tick(self, now: float) -> Actions:
         """What the time calls for: ACKs and NACKs due, SUBSCRIBEs again, a heartbeat."""
         s = self.settings
@@ -323,6 +350,7 @@ class SubscriberCore:
             # The bus is silent: it restarted, or dropped us. A new conversation each.
             self._heard_at = now
             self.resubscribes += 1
+            self.silences += 1
             send.extend(self._subscribe(st, now) for st in self._channels.values())
         deliver: list[PPPPMessage] = []
         for st in self._channels.values():
@@ -382,6 +410,8 @@ class SubscriberCore:
             st.adopt_at = st.sync_heard_at = now
             self._wake_at(now + self.settings.first_idle)
         if (position is not None and seq <= position) or seq in st.pending:
+            if st.guard and msg[7] > st.bus:
+                return self._numbering_differs(st, seq, msg[7])
             self.duplicates += 1
             st.dup_owed = True
             return NOTHING
@@ -396,7 +426,14 @@ class SubscriberCore:
         self.held += 1
         self.held_bytes += size
         if position is not None and seq == position + 1:
+            if st.guard:
+                if msg[7] <= st.bus:
+                    self.held -= 1
+                    self.held_bytes -= size
+                    return self._numbering_differs(st, seq, msg[7])
+                st.guard = False
             st.position = seq
+            st.bus = msg[7]
             self.delivered += 1
             if not st.pending:
                 return Actions(deliver=(msg,))
@@ -428,8 +465,15 @@ class SubscriberCore:
                 self.held_bytes -= msg.size
                 self.duplicates += 1
             elif seq == st.position + 1:
+                msg = pending[seq]
+                if st.guard:
+                    if msg[7] <= st.bus:
+                        self._numbering_differs(st, msg[1], msg[7])
+                        break
+                    st.guard = False
                 out.append(pending.pop(seq))
                 st.position = seq
+                st.bus = msg[7]
             else:
                 break
         self.delivered += len(out)
@@ -479,11 +523,16 @@ class SubscriberCore:
         st.sent_max = max(st.sent_max, end.head)
         st.retry_wait = self.settings.misses * self.settings.idle
         if position is not None and end.head <= position:
+            newest = max((m.bus_sequence for m in items), default=0) if st.guard else 0
+            if newest > st.bus:
+                return self._numbering_differs(st, end.head, newest)
             self.duplicates += max(1, len(items))
             st.dup_owed = True
             return NOTHING
         self.syncs += 1
         st.position = end.head
+        st.bus = 0  # the SYNC's head is no live message: its bus sequence is not known
+        st.guard = False  # the SYNC brings the channel to this door's numbering
         delivered: list[PPPPMessage] = []
         if items:
             last = items[-1]

@@ -326,6 +326,11 @@ class Pipeline(SocketThread):
             self._send_reply(identity, frames)
         visible = repl.visible()
         while repl.published < visible:
+            fresh = repl.take_fresh(repl.published, visible)
+            if fresh is not None:  # a follower's batch just appended: no read back
+                self._publish_batch(fresh, repl.published, visible)
+                repl.published = fresh.last_seq
+                continue
             try:
                 batches = repl.reader.batches(repl.published, 64)
             except StoreError as exc:  # a damaged batch: logged, tried again later
@@ -338,13 +343,17 @@ class Pipeline(SocketThread):
             for batch in batches:
                 if batch.first_seq > visible:
                     return
-                if self.subscriptions.active or batch.seqs is not None or batch.last_seq > visible:
-                    events = [e for e in batch.events() if repl.published < e.seq <= visible]
-                    if events:
-                        self._broadcast(AppendResult(events, []))
-                else:
-                    self._stream_batch(batch, repl.published)
+                self._publish_batch(batch, repl.published, visible)
                 repl.published = min(batch.last_seq, visible)
+
+    def _publish_batch(self, batch: StoredBatch, published: int, visible: int) -> None:
+        """A stored batch's events after ``published``, up to ``visible``, to subscribers."""
+        if self.subscriptions.active or batch.seqs is not None or batch.last_seq > visible:
+            events = [e for e in batch.events() if published < e.seq <= visible]
+            if events:
+                self._broadcast(AppendResult(events, []))
+        else:
+            self._stream_batch(batch, published)
 
     def _stream_batch(self, batch: StoredBatch, published: int) -> None:
         """A stored batch of contiguous sequences on the STREAM, from its columns: no

@@ -37,7 +37,7 @@ from zbus.common.rejects import LogLimiter
 from zbus.common.security import KeyPair, make_client, make_server
 from zbus.common.wire import send_frames
 from zbus.eventbus.core import batchlog
-from zbus.eventbus.core.batchlog import BatchError
+from zbus.eventbus.core.batchlog import BatchError, StoredBatch
 from zbus.eventbus.server.config import EventBusSettings
 from zbus.eventbus.server.store import NewEvent, SqliteEventLog, SqliteEventLogReader, StoreError
 from zbus.replication import core
@@ -55,6 +55,7 @@ FETCH_TIMEOUT = 1.0  # a follower with no answer this long connects again
 CONFIRM_TIMEOUT = 5.0  # a confirm the replicas have not passed by then is refused
 FETCH_BYTES = 4 << 20  # what a follower asks for at once
 SERVE_BATCHES = 256
+FRESH_BYTES = 16 << 20  # a follower's appended batches kept for publishing, at most
 
 
 @dataclass(slots=True)
@@ -99,6 +100,10 @@ class ReplicationLink:
         self.forwarder: zmq.Socket[Any] | None = None  # to the leader's COLLECTOR
         self._fetch_at: float | None = None  # a fetch in flight since
         self._parked: dict[bytes, tuple[core.Fetch, float]] = {}
+        # A follower's batches just appended, kept for the pipeline to publish once the
+        # HWM passes them without reading them back (up to FRESH_BYTES).
+        self.fresh: deque[StoredBatch] = deque()
+        self._fresh_bytes = 0
         self._held: deque[_Held] = deque()
         self.reader: SqliteEventLogReader = store.reader()
         self._failed: list[tuple[bytes, list[bytes]]] = []
@@ -480,6 +485,7 @@ class ReplicationLink:
                     continue
                 self.store.append_stored(batch)
                 end = batch.last_seq
+                self._keep_fresh(batch)
             leader_history = EpochHistory(serve.history)
             merged = self.history.merged(leader_history, end)
             if merged != self.history:
@@ -491,6 +497,29 @@ class ReplicationLink:
         self.hwm = max(self.hwm, core.follower_hwm(end, serve.hwm))
         if end >= serve.log_end:
             self.state.mark_eligible()
+
+    def _keep_fresh(self, batch: StoredBatch) -> None:
+        self.fresh.append(batch)
+        self._fresh_bytes += len(batch.rows) + len(batch.uuids)
+        while self._fresh_bytes > FRESH_BYTES and self.fresh:
+            old = self.fresh.popleft()  # read back from the log instead
+            self._fresh_bytes -= len(old.rows) + len(old.uuids)
+
+    def take_fresh(self, after: int, upto: int) -> StoredBatch | None:
+        """The kept batch that starts right after ``after`` and ends by ``upto``, if any;
+        older ones are dropped."""
+        while self.fresh:
+            batch = self.fresh[0]
+            if batch.first_seq <= after:
+                self.fresh.popleft()
+                self._fresh_bytes -= len(batch.rows) + len(batch.uuids)
+                continue
+            if batch.first_seq == after + 1 and batch.last_seq <= upto:
+                self.fresh.popleft()
+                self._fresh_bytes -= len(batch.rows) + len(batch.uuids)
+                return batch
+            return None
+        return None
 
     def _truncate(self, answer: rp.Diverging) -> None:
         end = self.store.last_sequence()
@@ -509,6 +538,8 @@ class ReplicationLink:
             return
         self.history = history
         self.published = min(self.published, to)
+        self.fresh.clear()
+        self._fresh_bytes = 0
         self.metrics.truncated.inc(gone)
         log.warning("log truncated", extra={"after": to, "events": gone})
 
