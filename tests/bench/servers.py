@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,30 +71,38 @@ def redis_server() -> Iterator[str]:
 def _wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -> None:
     """Wait until 127.0.0.1:``port`` accepts a connection (a server just started may take
     a moment on a loaded machine); raise when ``proc`` exits or ``deadline`` passes."""
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server on port {port} exited: {proc.returncode}") from None
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on port {port} after 30 s") from None
-            time.sleep(0.05)
+
+    def accepts() -> None:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+    _wait(accepts, f"port {port}", proc, deadline)
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
     """Wait until ``url`` answers 2xx (monotonic ``deadline``); raise when ``proc`` exits
     first or the deadline passes."""
+
+    def answers() -> None:
+        with urllib.request.urlopen(url, timeout=1):
+            pass
+
+    _wait(answers, url, proc, deadline)
+
+
+def _wait(
+    attempt: Callable[[], None], what: str, proc: subprocess.Popen[bytes], deadline: float
+) -> None:
+    """Call ``attempt`` until it raises no OSError; raise when ``proc`` exits first or the
+    (monotonic) ``deadline`` passes."""
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
+            attempt()
+            return
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"{url}: process exited") from None
+                raise RuntimeError(f"{what}: the server exited ({proc.returncode})") from None
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} not ready") from None
+                raise RuntimeError(f"{what}: not ready in time") from None
             time.sleep(0.05)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.request
+import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,25 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.waiting import UNIT, Deadline
+from zbus import EventBusClient
 from zbus.common.protocols import pppp
 from zbus.common.protocols.pppp_event import EventPayload, SyncEnd, decode_payload
+
+# Short times, so that silence and grace show within a test; the client uses the same.
+TIMES = {"first_idle": 0.05, "idle": 0.25, "misses": 4}
+BUS_TIMES = {f"pppp_{k}": v for k, v in TIMES.items()}
+BUS_ENV = {f"ZBUS_PPPP_{k.upper()}": str(v) for k, v in TIMES.items()}
+
+
+def new_uuids(n: int) -> list[str]:
+    return [str(uuidlib.uuid4()) for _ in range(n)]
+
+
+def publish(client: EventBusClient, topic: str, uuids: list[str]) -> None:
+    """Confirmed, so that every event is in the log before this returns."""
+    for i in range(0, len(uuids), 1000):
+        chunk = uuids[i : i + 1000]
+        client.publish_many([(topic, b"d", u) for u in chunk], confirm=True, timeout=30 * UNIT)
 
 
 class RawSubscriber:

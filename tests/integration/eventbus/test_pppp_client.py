@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,14 @@ from tests.support.bus import running_bus
 from tests.support.bus_process import bus_process
 from tests.support.lossy_proxy import LossyProxy
 from tests.support.ports import HeldPorts
-from tests.support.pppp import stored_position
+from tests.support.pppp import (
+    BUS_ENV,
+    BUS_TIMES,
+    TIMES,
+    new_uuids,
+    publish,
+    stored_position,
+)
 from tests.support.waiting import UNIT, async_wait_until, wait_until
 from zbus import (
     AsyncEventBusClient,
@@ -37,21 +43,6 @@ from zbus.eventbus.doors.pppp.admin import pppp_status
 from zbus.eventbus.server.service import EventBusService
 
 ROOT = Path(__file__).resolve().parents[3]
-# Short times, so that silence and grace show within a test; the client uses the same.
-TIMES = {"first_idle": 0.05, "idle": 0.25, "misses": 4}
-BUS_TIMES = {f"pppp_{k}": v for k, v in TIMES.items()}
-BUS_ENV = {f"ZBUS_PPPP_{k.upper()}": str(v) for k, v in TIMES.items()}
-
-
-def new_uuids(n: int) -> list[str]:
-    return [str(uuidlib.uuid4()) for _ in range(n)]
-
-
-def publish(client: EventBusClient, topic: str, uuids: list[str]) -> None:
-    """Confirmed, so that every event is in the log before this returns."""
-    for i in range(0, len(uuids), 1000):
-        chunk = uuids[i : i + 1000]
-        client.publish_many([(topic, b"d", u) for u in chunk], confirm=True, timeout=30 * UNIT)
 
 
 async def apublish(client: AsyncEventBusClient, topic: str, uuids: list[str]) -> None:

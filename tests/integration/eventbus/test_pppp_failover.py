@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import uuid as uuidlib
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,14 @@ import pytest
 from tests.support.bus import running_bus
 from tests.support.bus_process import bus_process
 from tests.support.ports import HeldPorts
-from tests.support.pppp import stored_position
+from tests.support.pppp import (
+    BUS_ENV,
+    BUS_TIMES,
+    TIMES,
+    new_uuids,
+    publish,
+    stored_position,
+)
 from tests.support.waiting import UNIT, Deadline, wait_until
 from zbus import (
     AsyncEventBusClient,
@@ -26,20 +32,6 @@ from zbus import (
     EventBusClient,
     PPPPSubscriber,
 )
-
-TIMES = {"first_idle": 0.05, "idle": 0.25, "misses": 4}
-BUS_TIMES = {f"pppp_{k}": v for k, v in TIMES.items()}
-BUS_ENV = {f"ZBUS_PPPP_{k.upper()}": str(v) for k, v in TIMES.items()}
-
-
-def new_uuids(n: int) -> list[str]:
-    return [str(uuidlib.uuid4()) for _ in range(n)]
-
-
-def publish(client: EventBusClient, topic: str, uuids: list[str]) -> None:
-    for i in range(0, len(uuids), 1000):
-        chunk = uuids[i : i + 1000]
-        client.publish_many([(topic, b"d", u) for u in chunk], confirm=True, timeout=30 * UNIT)
 
 
 @pytest.mark.parametrize("shell", ["blocking", "asyncio"])

@@ -189,7 +189,9 @@ def test_etcd_down_stops_writes_with_a_clear_error_and_they_resume(
 def test_followers_serve_subscribers_and_forward_unconfirmed_writes(
     group: ReplicaGroup,
 ) -> None:
-    leader = group.leader()
+    # Both followers following (in sync): a follower that knows no leader yet drops what
+    # it would forward, counted, as the docs say.
+    leader = group.leader(in_sync=3)
     followers = [r for r in group.replicas.values() if r is not leader]
     with (
         zbus.EventBusClient(followers[0].endpoint, producer="reader") as reading,

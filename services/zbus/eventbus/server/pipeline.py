@@ -156,8 +156,7 @@ class Pipeline(SocketThread):
             now = self.clock.monotonic()
             timeout = min(POLL_MS, int(spec.beat.timeout(now) * 1000) + 1)
             if repl is not None:
-                repl.step(now)
-                if repl.sockets() != polled:
+                if repl.step(now) or not polled:  # its sockets changed: poll the new ones
                     for sock in polled:
                         poller.unregister(sock)
                     polled = repl.sockets()

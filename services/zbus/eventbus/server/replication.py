@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 FORWARD_HWM = 64  # ZB-PUBs on the way to the leader, at most
 REPLICATION_DOMAIN = "zbus-replication"
 PARK_SECONDS = 0.2  # a fetch with nothing to send waits this long at most
+VIEW_SECONDS = 0.1  # how often the pipeline refreshes what /api/v1/replication shows
 FETCH_TIMEOUT = 1.0  # a follower with no answer this long connects again
 CONFIRM_TIMEOUT = 5.0  # a confirm the replicas have not passed by then is refused
 FETCH_BYTES = 4 << 20  # what a follower asks for at once
@@ -107,6 +108,7 @@ class ReplicationLink:
         self._held: deque[_Held] = deque()
         self.reader: SqliteEventLogReader = store.reader()
         self._failed: list[tuple[bytes, list[bytes]]] = []
+        self._next_view = 0.0
         self._limiter = LogLimiter()
         # CURVE: the replicas of a group share one key pair; the replication port admits
         # only its public key (ZAP domain REPLICATION_DOMAIN), and a replica's own
@@ -193,7 +195,9 @@ class ReplicationLink:
             self._answer_parked(now, only_expired=True)
             self._expire_held(now)
             self.hwm = self.core.hwm
-        self._update_view()
+        if changed or now >= self._next_view:  # the admin API's view, not every turn
+            self._next_view = now + VIEW_SECONDS
+            self._update_view()
         return changed
 
     def _start_leading(self, epoch: int, now: float) -> bool:
