@@ -1,6 +1,6 @@
 """A group of event bus replicas as processes of their own, with a real etcd.
 
-Each replica keeps its ports (base P..P+3, replication, admin) across kills and
+Each replica keeps its ports (base P..P+3, replication, admin, PPPP) across kills and
 restarts, so that its peers' and clients' endpoints stay right. A replica's output goes
 to a file beside its data, read back when a test fails.
 """
@@ -13,15 +13,20 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
+import uuid as uuidlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import zbus
 from tests.support.etcd import EtcdServer, etcd_server
 from tests.support.ports import HeldPorts
 from tests.support.waiting import UNIT, wait_until
+from zbus.eventbus.server.store import SqliteEventLogReader
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,10 +37,11 @@ class Replica:
         self.root = root / name
         self.data_dir = self.root / "data"
         self.log_path = self.root / "bus.log"
-        self._held: HeldPorts | None = HeldPorts(6)
+        self._held: HeldPorts | None = HeldPorts(7)
         ports = self._held.ports
         self.port, self.replication_port, self.admin_port = ports[0], ports[4], ports[5]
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.pppp_endpoint = f"tcp://127.0.0.1:{ports[6]}"
         self.admin = f"http://127.0.0.1:{self.admin_port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -57,6 +63,7 @@ class Replica:
                     "ZBUS_DATA_DIR": str(self.data_dir),
                     "ZBUS_PORT": str(self.port),
                     "ZBUS_ADMIN_PORT": str(self.admin_port),
+                    "ZBUS_PPPP_PORT": self.pppp_endpoint.rsplit(":", 1)[1],
                     "ZBUS_ARCHIVE": "false",
                 },
                 stdout=out,
@@ -129,6 +136,10 @@ class ReplicaGroup:
     def endpoints(self) -> list[str]:
         return [r.endpoint for r in self.replicas.values()]
 
+    def doors(self) -> list[str]:
+        """Every replica's PPPP door."""
+        return [r.pppp_endpoint for r in self.replicas.values()]
+
     def leader(self, timeout: float = 30.0, *, in_sync: int = 2) -> Replica:
         """The replica that leads with at least ``in_sync`` replicas in sync."""
         found: list[Replica] = []
@@ -183,3 +194,64 @@ def replica_group(root: Path, **settings: str) -> Iterator[ReplicaGroup]:
             yield group
         finally:
             group.stop()
+
+
+@dataclass
+class Writer:
+    """Publishes confirmed batches of 10 events to the group until stopped."""
+
+    group: ReplicaGroup
+    attempted: set[str] = field(default_factory=set)
+    confirmed: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        with zbus.EventBusClient(self.group.endpoints(), producer="checker") as client:
+            n = 0
+            while not self.stop.is_set():
+                items = [(f"/check/{n % 7}", b"%d" % n, str(uuidlib.uuid4())) for _ in range(10)]
+                n += 1
+                self.attempted.update(u for _, _, u in items)
+                try:
+                    client.publish_many(items, confirm=True, timeout=2.0)
+                except (zbus.PublishError, TimeoutError) as exc:
+                    self.errors.append(str(exc))
+                    continue
+                self.confirmed.update(u for _, _, u in items)
+
+    def confirmed_past(self, count: int, timeout: float = 60.0) -> None:
+        wait_until(lambda: len(self.confirmed) >= count, timeout, what=f"{count} confirmed")
+
+
+def logs(group: ReplicaGroup, prefix: str = "/check/") -> dict[str, list[tuple[int, str]]]:
+    """Every replica's log (the events under ``prefix``), read from its file once the
+    replicas are stopped."""
+    group.stop()
+    out = {}
+    for r in group.replicas.values():
+        reader = SqliteEventLogReader(r.data_dir / "events.db")
+        try:
+            out[r.name] = [
+                (e.seq, e.uuid)
+                for b in reader.batches(0, 10**9)
+                for e in b.events()
+                if e.topic.startswith(prefix)
+            ]
+        finally:
+            reader.close()
+    return out
+
+
+def check(group: ReplicaGroup, writer: Writer) -> None:
+    writer.stop.set()
+    group.caught_up(60)
+    every = logs(group)
+    first = next(iter(every.values()))
+    for name, events in every.items():
+        assert events == first, f"{name}'s log differs from the others'"
+    stored = [u for _, u in first]
+    assert len(stored) == len(set(stored)), "duplicates in the log"
+    lost = writer.confirmed - set(stored)
+    assert not lost, f"lost {len(lost)} confirmed events"
+    assert set(stored) <= writer.attempted

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import urllib.request
-import uuid as uuidlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +18,9 @@ import pytest
 import zmq
 
 import zbus
-from tests.support.replicas import ReplicaGroup, replica_group
+from tests.support.replicas import ReplicaGroup, Writer, check, logs, replica_group
 from tests.support.waiting import UNIT, wait_until
 from zbus.common.protocols import replication as rp
-from zbus.eventbus.server.store import SqliteEventLogReader
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,34 +32,6 @@ def group(tmp_path: Path) -> Iterator[ReplicaGroup]:
         yield g
 
 
-@dataclass
-class Writer:
-    """Publishes confirmed batches of 10 events to the group until stopped."""
-
-    group: ReplicaGroup
-    attempted: set[str] = field(default_factory=set)
-    confirmed: set[str] = field(default_factory=set)
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        with zbus.EventBusClient(self.group.endpoints(), producer="checker") as client:
-            n = 0
-            while not self.stop.is_set():
-                items = [(f"/check/{n % 7}", b"%d" % n, str(uuidlib.uuid4())) for _ in range(10)]
-                n += 1
-                self.attempted.update(u for _, _, u in items)
-                try:
-                    client.publish_many(items, confirm=True, timeout=2.0)
-                except (zbus.PublishError, TimeoutError) as exc:
-                    self.errors.append(str(exc))
-                    continue
-                self.confirmed.update(u for _, _, u in items)
-
-    def confirmed_past(self, count: int, timeout: float = 60.0) -> None:
-        wait_until(lambda: len(self.confirmed) >= count, timeout, what=f"{count} confirmed")
-
-
 @pytest.fixture
 def writer(group: ReplicaGroup) -> Iterator[Writer]:
     w = Writer(group)
@@ -70,33 +40,6 @@ def writer(group: ReplicaGroup) -> Iterator[Writer]:
     yield w
     w.stop.set()
     thread.join(60)
-
-
-def logs(group: ReplicaGroup) -> dict[str, list[tuple[int, str]]]:
-    """Every replica's log, read from its file once the replicas are stopped."""
-    group.stop()
-    out = {}
-    for r in group.replicas.values():
-        reader = SqliteEventLogReader(r.data_dir / "events.db")
-        try:
-            out[r.name] = [(e.seq, e.uuid) for b in reader.batches(0, 10**9) for e in b.events()]
-        finally:
-            reader.close()
-    return out
-
-
-def check(group: ReplicaGroup, writer: Writer) -> None:
-    writer.stop.set()
-    group.caught_up(60)
-    every = logs(group)
-    first = next(iter(every.values()))
-    for name, events in every.items():
-        assert events == first, f"{name}'s log differs from the others'"
-    stored = [u for _, u in first]
-    assert len(stored) == len(set(stored)), "duplicates in the log"
-    lost = writer.confirmed - set(stored)
-    assert not lost, f"lost {len(lost)} confirmed events"
-    assert set(stored) <= writer.attempted
 
 
 @dataclass

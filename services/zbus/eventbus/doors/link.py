@@ -94,6 +94,8 @@ class LogLink(Generic[T]):
         self.sockets.append(self.collector)
         self.collector.linger = 0
         self.collector.sndhwm = self.confirms.max_batches
+        if self.wiring.token:
+            self.collector.routing_id = self.wiring.token + self.name.encode()
         self.collector.connect(self.wiring.collector)
         if self.follow:
             self.stream = ctx.socket(zmq.SUB)
@@ -171,6 +173,16 @@ class LogLink(Generic[T]):
         return self.confirms.next_deadline()
 
     # ---------------------------------------------------------------- following
+    def raw(self, limit: int) -> Iterator[list[bytes]]:
+        """Up to ``limit`` stream messages waiting now, as they came (for a door that
+        decides itself what to decode)."""
+        stream = self.stream
+        for _ in range(limit):
+            try:
+                yield stream.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
     def batches(self, limit: int, wanted: Callable[[], object]) -> Iterator[StreamBatch]:
         """Up to ``limit`` stream batches waiting now. While ``wanted()`` is false (the
         door has nobody to give events to) a batch is taken and not even decoded, and

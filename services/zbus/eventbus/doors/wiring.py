@@ -81,6 +81,11 @@ class DoorWiring:
             thread, which closes it).
         hold: holds the log's retention for this door (None: holds nothing), for a door
             that needs events to stay in the log until it passed them.
+        leading: on a replica of a replicated bus, ``(epoch, log end)`` while it leads
+            in ``epoch`` (the log's end as it was elected), ``(0, 0)`` while it does not;
+            None on a bus of one.
+        token: the start of every door's identity on the collector, which trusts it
+            with the topics it reserves for the doors.
     """
 
     ctx: zmq.Context[Any]
@@ -92,6 +97,8 @@ class DoorWiring:
     log_path: Path
     hold: Callable[[int | None], None]
     open_reader: Callable[[], EventLogReader]
+    leading: Callable[[], tuple[int, int]] | None = None
+    token: bytes = b""
 
 
 D = TypeVar("D", bound=Door)

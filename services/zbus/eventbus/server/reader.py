@@ -223,8 +223,9 @@ class SqliteEventLogReader:
         self, path: Path, *, cache_kib: int = 16_384, visible: Callable[[], int] | None = None
     ) -> None:
         self.path = path
-        # A replica's high watermark (ADR 0009): what a snapshot or a replay reads must
-        # be confirmed by the in-sync replicas first; None: every stored event is.
+        # A replica's high watermark (ADR 0009): what a snapshot reads must be confirmed
+        # by the in-sync replicas first (it waits), and a read in sequence order stops at
+        # it; None: every stored event is confirmed.
         self.visible = visible
         self._conn = connect(path, cache_kib, create=False, what=LOG_WHAT)
         self._conn.execute("PRAGMA query_only = ON")
@@ -373,12 +374,12 @@ class SqliteEventLogReader:
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
     ) -> list[Event]:
         """Logged events (not only the latest) with seq > after_seq, in sequence order:
-        ``limit`` at most, and no more than ``max_bytes`` of them (at least one)."""
+        ``limit`` at most, and no more than ``max_bytes`` of them (at least one); up to
+        the high watermark on a replica."""
         budget = _Budget(limit, max_bytes)
         events: list[Event] = []
         with self._read():
-            self._settled()
-            for event in self._replay(subtrees, after_seq):
+            for event in self._replay(subtrees, after_seq, self._visible_end()):
                 if not budget.take(event):
                     break
                 events.append(event)
@@ -388,22 +389,37 @@ class SqliteEventLogReader:
         self, subtrees: tuple[str, ...], after_seq: int, limit: int, max_bytes: int | None = None
     ) -> Page:
         """:meth:`replay` as a page: its ``next`` is the last sequence when more may follow,
-        and its ``sequence`` the log's last one, read in the same transaction (so every
-        matching event up to it is in the pages from ``after_seq``)."""
+        and its ``sequence`` the log's last one (on a replica, the high watermark when
+        lower), read in the same transaction (so every matching event up to it is in the
+        pages from ``after_seq``)."""
         budget = _Budget(limit, max_bytes)
         events: list[Event] = []
         with self._read():
-            sequence = self._settled()
-            for event in self._replay(subtrees, after_seq):
+            sequence = self._visible_end()
+            for event in self._replay(subtrees, after_seq, sequence):
                 if not budget.take(event):
                     break
                 events.append(event)
         return Page(events, str(events[-1].seq) if budget.full else None, sequence)
 
-    def _replay(self, subtrees: tuple[str, ...], after_seq: int) -> Iterator[Event]:
+    def _visible_end(self) -> int:
+        """The log's last sequence in this read transaction, or the high watermark when
+        that is lower: reads in sequence order stop there rather than wait for it."""
+        sequence = max_sequence(self._conn)
+        visible = self.visible
+        return sequence if visible is None else min(sequence, visible())
+
+    def _replay(
+        self, subtrees: tuple[str, ...], after_seq: int, end: int | None = None
+    ) -> Iterator[Event]:
         prefixes = _prefixes(subtrees)
         for batch in batches_from(self._conn, after_seq):
-            yield from _matching(batch, after_seq, prefixes)
+            if end is not None and batch.first_seq > end:
+                return
+            for event in _matching(batch, after_seq, prefixes):
+                if end is not None and event.seq > end:
+                    return
+                yield event
 
     def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
         """:meth:`snapshot` for a client resuming after ``since``: every matching event

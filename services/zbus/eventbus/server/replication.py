@@ -90,6 +90,7 @@ class ReplicationLink:
         self.peers = {p.name: p.endpoint for p in settings.peers()}
         self.history = EpochHistory(store.epochs())
         self.core: LeaderCore | None = None
+        self.led_from = (0, 0)  # (epoch, log end when elected) while leading
         self.epoch = 0
         self.hwm = 0  # what this replica may serve: everything at or below it
         # What the pipeline has broadcast. What the log held at start was broadcast
@@ -221,6 +222,7 @@ class ReplicationLink:
             previous_leader=previous,
         )
         self.epoch = epoch
+        self.led_from = (epoch, log_end)
         self.state.mark_eligible()
         self.metrics.elections.inc()
         log.info("leading", extra={"epoch": epoch, "log_end": log_end, "hwm": self.hwm})
@@ -229,6 +231,7 @@ class ReplicationLink:
     def _stop_leading(self, why: str) -> None:
         log.warning("no longer leader", extra={"epoch": self.epoch, "reason": why})
         self.core = None
+        self.led_from = (0, 0)
         self._fail_held()
         self._parked.clear()
         with self.state.lock:
@@ -548,6 +551,11 @@ class ReplicationLink:
         log.warning("log truncated", extra={"after": to, "events": gone})
 
     # --------------------------------------------------------------- view
+    def leading(self) -> tuple[int, int]:
+        """``(epoch, log end when elected)`` while this replica leads, else ``(0, 0)``;
+        from any thread (the doors')."""
+        return self.led_from
+
     def visible(self) -> int:
         """The last sequence subscribers may see here."""
         return min(self.hwm, self.store.last_sequence())

@@ -8,6 +8,7 @@ import concurrent.futures
 import functools
 import json
 import logging
+import secrets
 import sys
 import threading
 import uuid as uuidlib
@@ -26,6 +27,7 @@ from zbus.common.clock import Clock
 from zbus.common.metrics import family_totals
 from zbus.common.protocols import eventbus_ext as ext
 from zbus.common.sqlite import checkpoint
+from zbus.eventbus.core.pppp import STATE_TOPIC
 from zbus.eventbus.doors import DOORS, Door, DoorSpec, DoorWiring
 from zbus.eventbus.doors.mc0 import Mc0Door
 from zbus.eventbus.doors.pppp import PpppDoor, read_status, read_summary
@@ -92,6 +94,8 @@ class EventBusService(Service):
         self.doors_on = [spec for spec in DOORS if spec.enabled(settings)]
         self.running: dict[str, Door] = {}  # the doors started, by name
         self.replica: ReplicaParts | None = None  # one replica of a group (ADR 0009)
+        #: The doors' identity on the collector, which no client can guess.
+        self.door_token = secrets.token_bytes(16)
 
     async def start(self) -> None:
         # The pipeline thread shares the GIL with this loop: a shorter switch interval
@@ -124,6 +128,8 @@ class EventBusService(Service):
             )
             self.pipeline.replication = self.replica.link
             self.store.visible = self.replica.link.visible
+            # The PPPP door's state events: only the door may write them (ADR 0010).
+            self.pipeline.collecting.reserve(STATE_TOPIC, self.door_token)
             keys = self.curve_keys
             if keys is not None:
                 self.replica.link.curve = keys
@@ -203,6 +209,8 @@ class EventBusService(Service):
                 open_reader=functools.partial(
                     SqliteEventLogReader, self.log_path, visible=self.store.visible
                 ),
+                leading=self.replica.link.leading if self.replica is not None else None,
+                token=self.door_token,
             )
         )
         thread = door

@@ -14,6 +14,14 @@ from zbus.eventbus.core.pppp._cache import Payload, payload_frames
 from zbus.eventbus.core.pppp._channels import MARK_EVERY, Channel
 from zbus.eventbus.core.pppp._core import Output, PpppCore
 from zbus.eventbus.core.pppp._sending import PENDING, PUMP_BUDGET
+from zbus.eventbus.core.pppp._state import (
+    STATE_PRODUCER,
+    STATE_TOPIC,
+    StateDelta,
+    StateError,
+    decode_state,
+    encode_state,
+)
 from zbus.eventbus.core.pppp._subscribers import (
     MESSAGE_OVERHEAD,
     Conversation,
@@ -45,6 +53,8 @@ __all__ = [
     "QUEUE_MARGIN",
     "REASONS",
     "SENT",
+    "STATE_PRODUCER",
+    "STATE_TOPIC",
     "Batch",
     "CatchUpRead",
     "Changes",
@@ -57,9 +67,13 @@ __all__ = [
     "Payload",
     "PpppCore",
     "Read",
+    "StateDelta",
+    "StateError",
     "Subscriber",
     "SyncRead",
     "Times",
+    "decode_state",
+    "encode_state",
     "identity_text",
     "payload_frames",
 ]

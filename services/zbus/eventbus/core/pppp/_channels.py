@@ -19,6 +19,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from zbus.eventbus.core.pppp._state import STATE_TOPIC
+
 MARK_EVERY = 256
 #: Channels at most before matching a topic walks its prefixes instead of the channels.
 _SCAN_CHANNELS = 16
@@ -43,6 +45,9 @@ class Channel:
     subscribers: set[bytes] = field(default_factory=set)  # identities with a conversation
     uid: int = 0  # unique among the channels of a door's life: a recreated channel's
     # messages are numbered afresh, so nothing read for the old one may be taken for them
+    # False while a replicated bus's in-sync replicas do not hold its checkpoint yet: it
+    # is numbered, and nothing of it is sent (ADR 0010).
+    settled: bool = True
     raw: bytes = field(init=False, default=b"")  # the name as sent, encoded once
 
     def __post_init__(self) -> None:
@@ -155,8 +160,10 @@ class ChannelIndex:
         return got
 
     def matching(self, topic: str) -> list[Channel]:
-        """The channels whose prefix ``topic`` has."""
+        """The channels whose prefix ``topic`` has (none for the door's own state)."""
         channels = self.channels
+        if topic.startswith(STATE_TOPIC):
+            return []
         if len(channels) <= _SCAN_CHANNELS:
             return [c for c in channels.values() if topic.startswith(c.name)]
         out = []

@@ -105,6 +105,8 @@ class PpppCore(Sender):
         self._checkpoints: dict[str, tuple[int, int] | None] = {}
         self._moved: set[str] = set()
         self.timers = Deadlines()
+        #: A replicated bus's door: a new channel sends nothing until :meth:`settle`.
+        self.replicated = False
         super().__init__(limits)
 
     # ------------------------------------------------------------------ restart
@@ -224,9 +226,13 @@ class PpppCore(Sender):
             channel = self.channels.get(name)
             if channel is None:
                 channel = self.channels.add(name, (0, self.taken))
+                channel.settled = not self.replicated
                 self._checkpoints[name] = channel.checkpoint
             conv = Conversation(channel, channel.head, channel.head + 1)
             conv.sync = Sync(channel.head, channel.through)
+            if self.replicated:  # where it starts goes into the log before anything is sent
+                conv.settled = False
+                self._positions[(identity, name)] = conv.acked
             channel.subscribers.add(identity)
             sub.conversations[name] = conv
         elif conv.sync is not None:
@@ -240,6 +246,27 @@ class PpppCore(Sender):
             conv.restart()  # a subscriber the door knows: its backlog from acked + 1
         self.ready.add(identity)
         self.timers.earlier(identity, now)
+
+    def settle(self, name: str, checkpoint: tuple[int, int]) -> bool:
+        """The in-sync replicas hold channel ``name``'s checkpoint: its conversations may
+        send. True when it settled a channel waiting for that checkpoint."""
+        channel = self.channels.get(name)
+        if channel is None or channel.settled or channel.checkpoint != checkpoint:
+            return False
+        channel.settled = True
+        self.ready.update(channel.subscribers)
+        return True
+
+    def settle_position(self, identity: bytes, name: str, acked: int) -> bool:
+        """The in-sync replicas hold where ``identity``'s conversation on ``name`` starts:
+        it may send. True when it settled a conversation waiting for that position."""
+        sub = self.subscribers.get(identity)
+        conv = sub.conversations.get(name) if sub is not None else None
+        if conv is None or conv.settled or conv.acked != acked:
+            return False
+        conv.settled = True
+        self.ready.add(identity)
+        return True
 
     def _ack(self, sub: Subscriber, cmd: AckNack, now: float) -> None:
         conv = sub.conversations.get(cmd.channel)

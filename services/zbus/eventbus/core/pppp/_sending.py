@@ -89,7 +89,7 @@ class Sender:
         a read of the log, whose answer makes it ready again)."""
         budget = PUMP_BUDGET
         for conv in list(sub.conversations.values()):
-            if not conv.live:
+            if not conv.live or not conv.settled or not conv.channel.settled:
                 continue
             budget = self._pump_conversation(sub, conv, batch, now, budget)
             if budget == 0:

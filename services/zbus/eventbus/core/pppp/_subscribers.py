@@ -88,6 +88,9 @@ class Conversation:
     live: bool = True
     grace_until: float | None = None
     saved: int = -1  # the acked position last handed out to be stored
+    # False while a replicated bus's in-sync replicas do not hold where it starts: the
+    # door that takes over after a failover must know it (ADR 0010).
+    settled: bool = True
 
     @property
     def sent(self) -> int:

@@ -25,6 +25,8 @@ from zbus.eventbus.core.spec._actions import Refusal
 
 E = TypeVar("E")
 
+_RESERVED = "the topic is reserved for the bus's own doors"
+
 #: A confirm a zbus publisher asked for: who, and the uuids of its events in order.
 Confirm = tuple[bytes, list[str]]
 
@@ -50,6 +52,21 @@ class SpecCollector(Generic[E]):
         #: Messages refused since the shell last looked (it counts, logs and answers).
         self.refusals: list[Refusal] = []
         self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._reserved: tuple[str, bytes, bytes] | None = None
+
+    def reserve(self, prefix: str, trusted: bytes) -> None:
+        """Refuse topics under ``prefix`` from every peer whose identity does not start
+        with ``trusted`` (the bus's own doors)."""
+        self._reserved = (prefix, prefix.encode("utf-8"), trusted)
+
+    def _intrudes(self, identity: bytes, body: Sequence[bytes], topics: Sequence[str]) -> bool:
+        reserved = self._reserved
+        if reserved is None or identity.startswith(reserved[2]):
+            return False
+        prefix, raw, _ = reserved
+        if not any(raw in frame for frame in body):
+            return False
+        return any(topic.startswith(prefix) for topic in topics)
 
     def take(
         self, identity: bytes, body: Sequence[bytes], batch: list[E], confirms: list[Confirm]
@@ -65,12 +82,20 @@ class SpecCollector(Generic[E]):
                     detail = f"at most {self.max_batch_events} events per ZB-PUB"
                     self._refuse(identity, "too_large", detail, extension)
                     return 0
+                if self._reserved is not None and self._intrudes(
+                    identity, body, [row[0] for row in rows]
+                ):
+                    self._refuse(identity, "reserved_topic", _RESERVED, extension)
+                    return 0
                 new = self.new_event
                 batch.extend(new(*row) for row in rows)
                 if confirm:
                     confirms.append((identity, [row[3] for row in rows]))
                 return len(rows)
             pub = eb.decode_collector(body, self.dialect, max_data=self.max_event_bytes)
+            if self._reserved is not None and self._intrudes(identity, body, [pub.topic]):
+                self._refuse(identity, "reserved_topic", _RESERVED, extension)
+                return 0
             batch.append(self.new_event(pub.topic, pub.producer, pub.timestamp, pub.uuid, pub.data))
             return 1
         except ProtocolError as exc:

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import msgpack
@@ -57,6 +57,7 @@ from zbus.eventbus.core.flow import hwm_for
 from zbus.eventbus.core.link import Outgoing
 from zbus.eventbus.core.log import Event, EventLogReader
 from zbus.eventbus.core.pppp import (
+    STATE_TOPIC,
     Batch,
     CatchUpRead,
     Limits,
@@ -69,6 +70,7 @@ from zbus.eventbus.core.pppp import (
     payload_frames,
 )
 from zbus.eventbus.doors.link import LogLink
+from zbus.eventbus.doors.pppp.group import GroupState
 from zbus.eventbus.doors.pppp.positions import PpppPositions
 from zbus.eventbus.doors.wiring import DoorWiring
 
@@ -153,6 +155,10 @@ class PpppDoor(SocketThread):
         self._waker: zmq.Socket[Any] | None = None
         self._waker_lock = threading.Lock()
         self._stopped = False
+        #: A replica's part in its group's PPPP state (None: a bus of one, ADR 0010).
+        self.group: GroupState | None = None
+        self.serving = True  # a replica's door serves PPPP only while its replica leads
+        self._group_held = -1  # the retention hold last handed out for the group
 
     # ------------------------------------------------------------------ admin
     def submit(self, fn: Callable[[PpppDoor], T]) -> concurrent.futures.Future[T]:
@@ -195,14 +201,22 @@ class PpppDoor(SocketThread):
     # ------------------------------------------------------------------ sockets
     def open(self) -> None:
         s = self.settings
-        self.positions = PpppPositions(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
         self.reader: EventLogReader = self.wiring.open_reader()
-        self.core = PpppCore(self.times, self.limits)
-        channels = self.positions.channels()
-        now = self.clock.monotonic()
-        taken = min((seq for _, _, seq in channels), default=0)
-        self.core.load(taken, channels, self.positions.positions(), now)
-        self._persist(now)  # what load dropped, and the hold from the checkpoints
+        if self.wiring.leading is not None:
+            self.group = GroupState(
+                self.log_path.parent / "pppp-group.sqlite",
+                fsync=s.fsync,
+                leading=self.wiring.leading,
+                max_event_bytes=s.max_event_bytes,
+            )
+            self.serving = False
+            self.core = self._new_core()
+            self._group_held = self.group.hold(None)
+            self.hold(self._group_held)
+        else:
+            self.positions = PpppPositions(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
+            self.core = self._new_core()
+            self._load(self.positions)
         largest_in = max(s.max_event_bytes + 64 * 1024, 16 * s.pppp_window + 8 * 1024)
         self.router = self.ctx.socket(zmq.ROUTER)
         self._sockets = [self.router]
@@ -232,6 +246,19 @@ class PpppDoor(SocketThread):
         with self._waker_lock:
             self._waker = waker
 
+    def _new_core(self) -> PpppCore:
+        core = PpppCore(self.times, self.limits)
+        core.replicated = self.group is not None
+        return core
+
+    def _load(self, store: PpppPositions) -> None:
+        """The core takes back what ``store`` holds, as after a restart."""
+        channels = store.channels()
+        now = self.clock.monotonic()
+        taken = min((seq for _, _, seq in channels), default=0)
+        self.core.load(taken, channels, store.positions(), now)
+        self._persist(now)  # what load dropped, and the hold from the checkpoints
+
     def close(self) -> None:
         self._stop_calls()
         if getattr(self, "monitor", None) is not None:
@@ -242,7 +269,7 @@ class PpppDoor(SocketThread):
         self.link.close()
         for sock in getattr(self, "_sockets", []):
             sock.close(linger=0)
-        for name in ("reader", "positions"):
+        for name in ("reader", "positions", "group"):
             thing = getattr(self, name, None)
             if thing is not None:
                 thing.close()
@@ -277,6 +304,8 @@ class PpppDoor(SocketThread):
                     self._read_confirms()
             self._run_calls()
             now = clock.monotonic()
+            if self.group is not None and now >= self._next_tick:
+                core = self._group_turn(now)
             if now >= self._next_tick:
                 deadline = core.next_deadline()
                 if deadline is None or now >= deadline:
@@ -292,7 +321,7 @@ class PpppDoor(SocketThread):
             self._waiting_out = self.sends != sent or not watching_out
             if customs:
                 self._publish_customs(customs, now)
-            expired = self.link.expired(now)
+            expired = self._state_answered(self.link.expired(now), True)
             if expired:
                 self.customs_failed += len(expired)
             if now >= self._next_persist:
@@ -343,6 +372,9 @@ class PpppDoor(SocketThread):
                 return
 
     def _read_subscribers(self) -> None:
+        if not self.serving:
+            self._drop_subscribers()
+            return
         router, receive, clock, closed = self.router, self.core.receive, self.clock, self._closed
         for _ in range(READS_PER_WAKE):
             try:
@@ -369,6 +401,9 @@ class PpppDoor(SocketThread):
 
     # ------------------------------------------------------------------ events
     def _read_stream(self) -> None:
+        if self.group is not None:
+            self._read_stream_group(self.group)
+            return
         # The core finds the gaps itself, from the global sequences: ``missed`` is the
         # link's count of the same.
         core = self.core
@@ -388,6 +423,8 @@ class PpppDoor(SocketThread):
             except StoreError as exc:
                 self._read_failed(exc)
                 events = []  # as if the log no longer had them
+            if read.channel and STATE_TOPIC.startswith(read.channel):
+                events = self._numbered(read.channel, read.after_seq, read.skip + read.count)
             core.on_messages(read, [(e.seq, payload_of(e)) for e in events[read.skip :]])
         elif isinstance(read, CatchUpRead):
             try:
@@ -410,7 +447,11 @@ class PpppDoor(SocketThread):
                 self._read_failed(exc)
                 core.on_sync_page(read, [], read.after)  # read again
                 return
-            items = [payload_of(e) for e in snapshot.events if e.seq <= read.through]
+            items = [
+                payload_of(e)
+                for e in snapshot.events
+                if e.seq <= read.through and not e.topic.startswith(STATE_TOPIC)
+            ]
             core.on_sync_page(read, items, snapshot.next)
 
     def _read_failed(self, exc: StoreError) -> None:
@@ -428,7 +469,10 @@ class PpppDoor(SocketThread):
             self.customs_failed += len(chunk)  # too many in flight, or the collector is full
 
     def _read_confirms(self) -> None:
-        for items, refusal in self.link.answers():
+        for answered, refusal in self.link.answers():
+            items = self._state_answered(answered, refusal is not None)
+            if not items:
+                continue
             if refusal is None:
                 self.customs_published += len(items)
             else:
@@ -440,6 +484,9 @@ class PpppDoor(SocketThread):
         """One group commit of what the core hands out, and the retention hold moved:
         down before the write (a new channel's checkpoint needs it), up after it."""
         self._next_persist = now + PERSIST_EVERY
+        if self.group is not None:
+            self._persist_group(self.group, now)
+            return
         changes = self.core.take_changes()
         if changes.hold_first:
             self.hold(changes.hold)
@@ -452,6 +499,81 @@ class PpppDoor(SocketThread):
                 return
         if changes.hold_moves and not changes.hold_first:
             self.hold(changes.hold)
+
+    # ------------------------------------------------------------------ group
+    def _group_turn(self, now: float) -> PpppCore:
+        """A replica's door: catch up with the log's state events, and start or stop
+        serving as its replica becomes leader or stops leading (ADR 0010)."""
+        group = self.group
+        assert group is not None
+        if group.behind:
+            group.catch_up(self.reader)
+        change = group.role_change()
+        if change == "demote":
+            log.warning("pppp door: this replica no longer leads; subscribers go elsewhere")
+            self.core = self._new_core()
+            self.serving = False
+        elif change == "promote":
+            self._persist(now)  # everything folded in is in the file before the load
+            self.core = self._new_core()
+            self._load(group.store)
+            self.serving = True
+            log.info("pppp door: serving as the group's leader", extra={"epoch": group.serving})
+        return self.core
+
+    def _drop_subscribers(self) -> None:
+        """A door that does not serve reads what subscribers send and answers nothing:
+        they move on to another door when it stays silent."""
+        group = self.group
+        assert group is not None
+        for _ in range(READS_PER_WAKE):
+            try:
+                self.router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            group.not_leader += 1
+
+    def _read_stream_group(self, group: GroupState) -> None:
+        group.stream(self.link.raw(READS_PER_WAKE), self.core if self.serving else None)
+
+    def _numbered(self, channel: str, after_seq: int, count: int) -> list[Event]:
+        """The first ``count`` events of ``channel`` above ``after_seq`` that it numbers
+        (not the door's state events), for a channel whose prefix takes them in."""
+        out: list[Event] = []
+        while len(out) < count:
+            page = self.reader.replay((channel,), after_seq, count - len(out))
+            if not page:
+                break
+            out += [e for e in page if not e.topic.startswith(STATE_TOPIC)]
+            after_seq = page[-1].seq
+        return out
+
+    def _state_answered(self, items: Sequence[Outgoing], refused: bool) -> list[Outgoing]:
+        """Hand the answers to state events to the group; the rest (CUSTOMs) back."""
+        group = self.group
+        if group is None or not items:
+            return list(items)
+        state = sum(1 for i in items if i.topic == STATE_TOPIC)
+        if state:
+            group.answered(state, refused, self.core)
+        return [i for i in items if i.topic != STATE_TOPIC]
+
+    def _persist_group(self, group: GroupState, now: float) -> None:
+        """Fold what came into the file (settling the core's channels it names), then
+        send the core's changes into the log, and move the retention hold."""
+        group.write(self.core if self.serving else None)
+        if self.serving:
+            taken = group.state_events(self.core)
+            if taken is not None:
+                changes, events = taken
+                refused = self.link.publish(events, now)
+                group.sent(changes, len(events))
+                if refused:
+                    group.answered(sum(len(chunk) for chunk, _ in refused), True, self.core)
+        hold = group.hold(self.core if self.serving else None)
+        if hold != self._group_held:
+            self._group_held = hold
+            self.hold(hold)
 
     def _log_refusals(self, now: float) -> None:
         log_refusals(self.core.refusals, self._limiter, log, "pppp message dropped", now)
