@@ -55,6 +55,7 @@ def test_the_status_and_the_bus_line_are_computed_on_the_door_thread(
     assert status == 200
     assert info["doors"]["pppp"] == {
         "endpoint": door.endpoint,
+        "serving": True,
         "peers": {"live": 0, "grace": 0},
         "subscribers": 0,
         "subscriptions": 0,

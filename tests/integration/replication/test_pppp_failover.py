@@ -8,20 +8,24 @@ once and in order, its channel sequences without a gap, on whichever door.
 
 from __future__ import annotations
 
+import json
 import threading
+import urllib.request
 import uuid as uuidlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import zmq
 
 import zbus
-from tests.support.pppp import BUS_ENV, TIMES
+from tests.support.pppp import BUS_ENV, TIMES, RawSubscriber, metrics
 from tests.support.replicas import ReplicaGroup, Writer, check, logs, replica_group
 from tests.support.waiting import wait_until
 from zbus import PPPPSubscriber
 from zbus.common.positions import SQLitePositionStore
+from zbus.common.protocols import pppp
 from zbus.eventbus.client.pppp import PPPPMessage
 
 pytestmark = pytest.mark.timeout(300)
@@ -124,3 +128,26 @@ def test_a_named_subscriber_with_a_position_store_gets_everything_once_across_a_
     assert [m.sequence for m in live] == list(range(live[0].sequence, live[-1].sequence + 1))
     # Nothing confirmed after the subscriber joined is missing.
     assert start + len(live) == len(log)
+
+
+def test_a_followers_door_answers_no_subscriber_and_counts_what_it_dropped(
+    group: ReplicaGroup,
+) -> None:
+    leader = group.leader()
+    follower = next(r for r in group.replicas.values() if r is not leader)
+    ctx = zmq.Context()
+    sub = RawSubscriber(ctx, follower.pppp_endpoint, b"lost")
+    try:
+        sub.send(pppp.Subscribe("/check/"))
+        dropped = "zbus_pppp_malformed_total{reason=not_leader}"
+        wait_until(
+            lambda: metrics(follower.admin).get(dropped, 0) >= 1, 30, what="the drop counted"
+        )
+        assert sub.sock.poll(0) == 0, "a follower's door answered"
+    finally:
+        sub.sock.close(linger=0)
+        ctx.term()
+    with urllib.request.urlopen(f"{follower.admin}/api/v1/pppp", timeout=10) as r:
+        assert json.load(r)["serving"] is False
+    with urllib.request.urlopen(f"{leader.admin}/api/v1/pppp", timeout=10) as r:
+        assert json.load(r)["serving"] is True

@@ -91,15 +91,18 @@ def test_a_shipped_batch_round_trips_and_bad_ones_are_refused(tmp_path: Path) ->
     reader.close()
 
 
-def test_reads_wait_for_the_high_watermark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshots_wait_for_the_high_watermark_and_sequence_reads_stop_at_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = filled(tmp_path / "events.db")
     monkeypatch.setattr(reader_module, "SETTLE_SECONDS", 0.05)
     hwm = [5]
     reader = SqliteEventLogReader(tmp_path / "events.db", visible=lambda: hwm[0])
     with pytest.raises(StoreError, match="up to sequence 7 are not confirmed"):
         reader.snapshot_page(("/",), 0, None, 10)
-    with pytest.raises(StoreError, match="not confirmed"):
-        reader.log_page((), 0, 10)
+    page = reader.log_page((), 0, 10)
+    assert page.sequence == 5 and [e.seq for e in page.events] == [1, 2, 3, 4, 5]
+    assert [e.seq for e in reader.replay((), 3, 10)] == [4, 5]
     hwm[0] = 7
     page = reader.snapshot_page(("/",), 0, None, 10)
     assert page.sequence == 7 and {e.topic for e in page.events} == {"/a", "/b", "/c", "/d"}

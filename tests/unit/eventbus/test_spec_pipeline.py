@@ -141,3 +141,23 @@ def test_a_refused_message_adds_nothing_and_is_counted_by_reason(
         assert isinstance(ext.decode_collector_reply(refusal.reply), ext.Error)
     else:
         assert refusal.reply is None
+
+
+def test_a_reserved_topic_is_refused_but_from_the_trusted_doors() -> None:
+    collector = new_collector()
+    collector.reserve("/zbus/pppp/state", b"door-token")
+    batch: list[New] = []
+    confirms: list[Confirm] = []
+    state = ext.EventData("/zbus/pppp/state", "pppp:state", TS, uid(1), b"x")
+    other = ext.EventData("/zbus/pppp/statement", "p", TS, uid(2), b"x")
+    pub = eb.encode(eb.Pub("/zbus/pppp/state", None, "p", TS, UUID, b"x"))
+    for frames in (ext.encode(ext.PubBatch((other, state), True)), pub):
+        assert collector.take(A, frames, batch, confirms) == 0
+    assert [r.reason for r in collector.refusals] == ["reserved_topic", "reserved_topic"]
+    assert batch == [] and confirms == []
+    # The doors' own identity starts with the token; other topics pass from anyone.
+    assert (
+        collector.take(b"door-tokenpppp", ext.encode(ext.PubBatch((state,), True)), batch, []) == 1
+    )
+    assert collector.take(A, zb_pub(2), batch, confirms) == 2
+    assert [e.topic for e in batch] == ["/zbus/pppp/state", "/t/0", "/t/1"]

@@ -45,9 +45,10 @@ class PPPPSubscriber(SubscriberShell["zmq.Context[Any]"], Items[PPPPMessage]):
             now). A position carries over only if the next door numbers the channel
             as the last one did; the subscriber checks that with the bus sequences and
             raises :class:`PPPPError` where it sees a difference, rather than drop or
-            repeat events. The replicas' doors number their channels each from their
-            own first SUBSCRIBE today, so across them expect that error, or a SYNC
-            (docs/protocols/pppp.md, "Several doors").
+            repeat events. A replicated bus's doors share one numbering and the ACK
+            positions, and only the leader's answers (docs/protocols/pppp.md, "Several
+            doors"): with a ``name`` and a ``store``, every message comes once across a
+            failover.
         channels: the channels to subscribe to: topic prefixes (``""``: every topic).
         name: who the subscriber is, its socket identity (1 to 255 bytes of UTF-8). The
             bus knows a subscriber by it: one that comes back under the same name

@@ -83,19 +83,24 @@ class Counts:
     customs_published: int
     customs_failed: int
     cache_bytes: int
+    state_ignored: int = 0
 
 
 def counts(door: PpppDoor) -> Counts:
     """The door's counts (on the door's thread)."""
     core = door.core
     live = sum(1 for s in core.subscribers.values() if s.live)
+    group = door.group
+    malformed = dict(core.malformed)
+    if group is not None:  # what a follower's door dropped: it serves no subscriber
+        malformed["not_leader"] = group.not_leader
     return Counts(
         live=live,
         grace=len(core.subscribers) - live,
         channels=len(core.channels),
         backlogs=_backlogs(door),
         received=dict(core.received),
-        malformed=dict(core.malformed),
+        malformed=malformed,
         sent=dict(core.sent),
         nacks=core.nacks,
         first_idle_resends=core.first_idle_resends,
@@ -107,6 +112,7 @@ def counts(door: PpppDoor) -> Counts:
         customs_published=door.customs_published,
         customs_failed=door.customs_failed,
         cache_bytes=core.cache.held,
+        state_ignored=group.bad_events if group is not None else 0,
     )
 
 
@@ -176,6 +182,11 @@ class PpppMetrics(Collector):
                 c.blocked_sends,
             ),
             ("unavailable", "PPPP messages the log no longer held", c.unavailable),
+            (
+                "state_ignored",
+                "PPPP state events of the log ignored: unreadable or not the door's",
+                c.state_ignored,
+            ),
         ):
             yield CounterMetricFamily(f"zbus_pppp_{name}", doc, value=value)
         customs = CounterMetricFamily(
@@ -224,6 +235,7 @@ def pppp_status(door: PpppDoor, after: str | None, limit: int) -> dict[str, Any]
         )
     return {
         "endpoint": door.endpoint,
+        "serving": door.serving,
         "sequence": core.taken,
         "channels": [
             {"channel": name, "sequence": head, "subscribers": count, "backlog": depth}
@@ -240,6 +252,7 @@ def pppp_summary(door: PpppDoor) -> dict[str, Any]:
     live = sum(1 for s in core.subscribers.values() if s.live)
     return {
         "endpoint": door.endpoint,
+        "serving": door.serving,
         "peers": {"live": live, "grace": len(core.subscribers) - live},
         "subscribers": live,
         "subscriptions": len(core.channels),
