@@ -129,3 +129,27 @@ def test_doors_one_a_list_or_comma_separated() -> None:
         door_list([])
     with pytest.raises(TypeError):
         door_list([b"tcp://a:1"])  # type: ignore[list-item]
+
+
+def test_a_door_not_heard_from_yet_is_left_after_misses_first_idles() -> None:
+    core = at_ten()  # moved at t=5 to a door it has not heard from
+    assert core.deadline() <= 5.0 + 4 * 0.1
+    core.tick(5.39)
+    assert core.silences == 1
+    core.tick(5.41)
+    assert core.silences == 2  # that door said nothing: the next one
+    # A door that speaks is given the usual misses x idle from then on.
+    core.on_frames(pppp.encode(pppp.Heartbeat()), 5.5)
+    core.tick(5.5 + 4 * 0.1 + 0.01)
+    assert core.silences == 2
+    core.tick(5.5 + 4 * 1.0 + 0.01)
+    assert core.silences == 3
+
+
+def test_one_door_keeps_the_usual_silence() -> None:
+    core = SubscriberCore(CH, FAST)
+    core.start(0.0)
+    core.tick(0.5)
+    assert core.silences == 0
+    core.tick(4.01)
+    assert core.silences == 1

@@ -108,6 +108,8 @@ class SubscriberShell(Generic[_C]):
         self.store = store
         positions = dict(store.load()) if store is not None else {}
         self._core = SubscriberCore(check_channels(channels), settings, positions)
+        if len(self.endpoints) > 1:
+            self._core.probe_door()  # the first door too may be a replica that does not serve
         #: The clock the subscriber measures time with.
         self.clock: Clock = SystemClock()
         self._ready: deque[PPPPMessage] = deque()

@@ -46,7 +46,10 @@ its positions):
 - **A silent bus** (nothing heard for ``misses x idle``): SUBSCRIBE again to every
   channel (the bus restarted, or forgot us); counted in ``silences``. A client given
   several doors (the replicas of a group) sends these SUBSCRIBEs to the next door, after
-  :meth:`~SubscriberCore.other_door`. A channel waiting for its SYNC that hears
+  :meth:`~SubscriberCore.other_door`; a door of several that it has not heard from yet
+  is silent after ``misses x first_idle`` already (:meth:`~SubscriberCore.probe_door`:
+  a door that serves speaks within first idle, a replica's that does not never does).
+  A channel waiting for its SYNC that hears
   no item for ``misses x first_idle`` (doubling up to ``misses x idle``) subscribes
   again, and so does one that heard nothing at all since its SUBSCRIBE for
   ``misses x idle`` (its SUBSCRIBE may have been lost).
@@ -208,6 +211,9 @@ class SubscriberCore:
         self._sent_at = 0.0
         self._heartbeat_next = False  # the last thing sent was a heartbeat
         self._heard_at = 0.0
+        # False on a door not heard from yet, among several: it must speak within
+        # ``misses x first_idle`` (a door that serves sends within first idle).
+        self._door_heard = True
         self._resubscribe_channels: set[str] = set()  # dropped one: subscribe when filled
         #: A time at or before which :meth:`tick` has something to do (a hint kept up to
         #: date as timers are set, so that the client need not ask :meth:`deadline`).
@@ -253,6 +259,7 @@ class SubscriberCore:
         if msg is None:
             return self._on_frames_checked(frames, now)
         self._heard_at = now
+        self._door_heard = True
         st = self._channels.get(msg[0])
         if st is None:
             self.unexpected += 1
@@ -267,6 +274,7 @@ class SubscriberCore:
         try:
             cmd = pppp.decode_from_publisher(frames)
             self._heard_at = now
+            self._door_heard = True
             if type(cmd) is pppp.Heartbeat:
                 return NOTHING
             assert isinstance(cmd, pppp.Publish)
@@ -332,6 +340,17 @@ class SubscriberCore:
         numbering agrees with the one the position was taken in (see the module's rules)."""
         for st in self._channels.values():
             st.guard = st.bus != 0 and st.position is not None
+        self.probe_door()
+
+    def probe_door(self) -> None:
+        """The door talked to now is one of several and not heard from yet: silent for
+        ``misses x first_idle`` (a door that serves speaks within first idle; a
+        replica's door that does not serve never does), it counts as gone."""
+        self._door_heard = False
+
+    def _silent_after(self) -> float:
+        s = self.settings
+        return s.misses * (s.idle if self._door_heard else s.first_idle)
 
     def _numbering_differs(self, st: ChannelState, seq: int, bus_seq: int) -> Actions:
         st.guard = False
@@ -346,7 +365,7 @@ class SubscriberCore:
         """What the time calls for: ACKs and NACKs due, SUBSCRIBEs again, a heartbeat."""
         s = self.settings
         send: list[list[bytes]] = []
-        if now >= self._heard_at + s.misses * s.idle:
+        if now >= self._heard_at + self._silent_after():
             # The bus is silent: it restarted, or dropped us. A new conversation each.
             self._heard_at = now
             self.resubscribes += 1
@@ -381,7 +400,7 @@ class SubscriberCore:
     def deadline(self) -> float:
         """When :meth:`tick` has something to do, at the latest."""
         s = self.settings
-        out = min(self._heartbeat_due(), self._heard_at + s.misses * s.idle)
+        out = min(self._heartbeat_due(), self._heard_at + self._silent_after())
         for st in self._channels.values():
             if st.owed_at is not None:
                 out = min(out, st.owed_at + s.first_idle)
