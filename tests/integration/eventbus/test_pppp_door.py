@@ -263,3 +263,32 @@ def test_bytes_in_flight_hold_the_door_and_a_new_connection_frees_them(
             assert sequences == list(range(1, 301))
         finally:
             second.close()
+
+
+def test_the_doors_reserved_topic_is_numbered_by_no_channel_even_read_from_the_log(
+    ctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    big = b"x" * 64 * 1024
+    with bus_thread(tmp_path, pppp_port=0, pppp_cache_bytes=1024 * 1024) as bus:
+        sub = subscriber(ctx, bus, b"all")
+        try:
+            sub.sync("/zbus/")
+            with EventBusClient(BusEndpoints.from_info(bus.info()), producer="p") as client:
+                client.publish_many(
+                    [("/zbus/a", b"a"), ("/zbus/pppp/state", b"s"), ("/zbus/b", b"b")],
+                    confirm=True,
+                )
+                # Past the door's cache: the first two are read back from the log.
+                client.publish_many([(f"/zbus/big/{i}", big) for i in range(40)], confirm=True)
+            got = sub.messages(42, "/zbus/", ack=False)
+            assert [(s, e.topic) for s, e in got[:3]] == [
+                (1, "/zbus/a"),
+                (2, "/zbus/b"),
+                (3, "/zbus/big/0"),
+            ]
+            assert all(not e.topic.startswith("/zbus/pppp/state") for _, e in got)
+            sub.send(pppp.AckNack("/zbus/", 42, ((1, 2),)))
+            again = sub.messages(2, "/zbus/", ack=False)
+            assert [(s, e.topic) for s, e in again] == [(1, "/zbus/a"), (2, "/zbus/b")]
+        finally:
+            sub.close()

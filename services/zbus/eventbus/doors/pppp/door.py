@@ -419,12 +419,10 @@ class PpppDoor(SocketThread):
         core = self.core
         if isinstance(read, MessagesRead):
             try:
-                events = self.reader.replay((read.channel,), read.after_seq, read.skip + read.count)
+                events = self._numbered(read.channel, read.after_seq, read.skip + read.count)
             except StoreError as exc:
                 self._read_failed(exc)
                 events = []  # as if the log no longer had them
-            if read.channel and STATE_TOPIC.startswith(read.channel):
-                events = self._numbered(read.channel, read.after_seq, read.skip + read.count)
             core.on_messages(read, [(e.seq, payload_of(e)) for e in events[read.skip :]])
         elif isinstance(read, CatchUpRead):
             try:
@@ -537,8 +535,11 @@ class PpppDoor(SocketThread):
         group.stream(self.link.raw(READS_PER_WAKE), self.core if self.serving else None)
 
     def _numbered(self, channel: str, after_seq: int, count: int) -> list[Event]:
-        """The first ``count`` events of ``channel`` above ``after_seq`` that it numbers
-        (not the door's state events), for a channel whose prefix takes them in."""
+        """The first ``count`` events of ``channel`` above ``after_seq`` that it numbers:
+        not those under the doors' reserved :data:`STATE_TOPIC`, which no channel
+        numbers (read past, for a channel whose prefix takes them in)."""
+        if not (STATE_TOPIC.startswith(channel) or channel.startswith(STATE_TOPIC)):
+            return self.reader.replay((channel,), after_seq, count)
         out: list[Event] = []
         while len(out) < count:
             page = self.reader.replay((channel,), after_seq, count - len(out))
