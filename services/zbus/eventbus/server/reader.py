@@ -414,12 +414,14 @@ class SqliteEventLogReader:
     ) -> Iterator[Event]:
         prefixes = _prefixes(subtrees)
         for batch in batches_from(self._conn, after_seq):
-            if end is not None and batch.first_seq > end:
-                return
+            if end is None or batch.last_seq <= end:
+                yield from _matching(batch, after_seq, prefixes)
+                continue
             for event in _matching(batch, after_seq, prefixes):
-                if end is not None and event.seq > end:
+                if event.seq > end:
                     return
                 yield event
+            return
 
     def resume(self, subtrees: tuple[str, ...], since: int) -> tuple[int, Iterator[Event]]:
         """:meth:`snapshot` for a client resuming after ``since``: every matching event

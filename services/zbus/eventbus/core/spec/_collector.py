@@ -59,14 +59,16 @@ class SpecCollector(Generic[E]):
         with ``trusted`` (the bus's own doors)."""
         self._reserved = (prefix, prefix.encode("utf-8"), trusted)
 
-    def _intrudes(self, identity: bytes, body: Sequence[bytes], topics: Sequence[str]) -> bool:
+    def _suspect(self, identity: bytes, body: Sequence[bytes]) -> str | None:
+        """The reserved prefix when ``body``, from a peer that is not a door, holds its
+        bytes anywhere (then its topics are looked at), else None: one search of the
+        frames, no topic read."""
         reserved = self._reserved
         if reserved is None or identity.startswith(reserved[2]):
-            return False
-        prefix, raw, _ = reserved
-        if not any(raw in frame for frame in body):
-            return False
-        return any(topic.startswith(prefix) for topic in topics)
+            return None
+        if not any(reserved[1] in frame for frame in body):
+            return None
+        return reserved[0]
 
     def take(
         self, identity: bytes, body: Sequence[bytes], batch: list[E], confirms: list[Confirm]
@@ -82,9 +84,8 @@ class SpecCollector(Generic[E]):
                     detail = f"at most {self.max_batch_events} events per ZB-PUB"
                     self._refuse(identity, "too_large", detail, extension)
                     return 0
-                if self._reserved is not None and self._intrudes(
-                    identity, body, [row[0] for row in rows]
-                ):
+                prefix = self._suspect(identity, body) if self._reserved is not None else None
+                if prefix is not None and any(row[0].startswith(prefix) for row in rows):
                     self._refuse(identity, "reserved_topic", _RESERVED, extension)
                     return 0
                 new = self.new_event
@@ -93,7 +94,8 @@ class SpecCollector(Generic[E]):
                     confirms.append((identity, [row[3] for row in rows]))
                 return len(rows)
             pub = eb.decode_collector(body, self.dialect, max_data=self.max_event_bytes)
-            if self._reserved is not None and self._intrudes(identity, body, [pub.topic]):
+            prefix = self._suspect(identity, body) if self._reserved is not None else None
+            if prefix is not None and pub.topic.startswith(prefix):
                 self._refuse(identity, "reserved_topic", _RESERVED, extension)
                 return 0
             batch.append(self.new_event(pub.topic, pub.producer, pub.timestamp, pub.uuid, pub.data))

@@ -157,8 +157,12 @@ class PpppDoor(SocketThread):
         self._stopped = False
         #: A replica's part in its group's PPPP state (None: a bus of one, ADR 0010).
         self.group: GroupState | None = None
-        self.serving = True  # a replica's door serves PPPP only while its replica leads
-        self._group_held = -1  # the retention hold last handed out for the group
+
+    @property
+    def serving(self) -> bool:
+        """Whether this door serves PPPP: always on a bus of one; on a replica, while
+        its replica leads (ADR 0010)."""
+        return self.group is None or self.group.serving != 0
 
     # ------------------------------------------------------------------ admin
     def submit(self, fn: Callable[[PpppDoor], T]) -> concurrent.futures.Future[T]:
@@ -209,10 +213,10 @@ class PpppDoor(SocketThread):
                 leading=self.wiring.leading,
                 max_event_bytes=s.max_event_bytes,
             )
-            self.serving = False
             self.core = self._new_core()
-            self._group_held = self.group.hold(None)
-            self.hold(self._group_held)
+            hold = self.group.new_hold(None)  # the first call always answers
+            if hold is not None:
+                self.hold(hold)
         else:
             self.positions = PpppPositions(self.log_path.parent / "pppp.sqlite", fsync=s.fsync)
             self.core = self._new_core()
@@ -402,7 +406,7 @@ class PpppDoor(SocketThread):
     # ------------------------------------------------------------------ events
     def _read_stream(self) -> None:
         if self.group is not None:
-            self._read_stream_group(self.group)
+            self.group.stream(self.link.raw(READS_PER_WAKE), self.core if self.serving else None)
             return
         # The core finds the gaps itself, from the global sequences: ``missed`` is the
         # link's count of the same.
@@ -510,12 +514,10 @@ class PpppDoor(SocketThread):
         if change == "demote":
             log.warning("pppp door: this replica no longer leads; subscribers go elsewhere")
             self.core = self._new_core()
-            self.serving = False
         elif change == "promote":
-            self._persist(now)  # everything folded in is in the file before the load
+            group.write(None)  # everything folded in is in the file before the load
             self.core = self._new_core()
             self._load(group.store)
-            self.serving = True
             log.info("pppp door: serving as the group's leader", extra={"epoch": group.serving})
         return self.core
 
@@ -530,9 +532,6 @@ class PpppDoor(SocketThread):
             except zmq.Again:
                 return
             group.not_leader += 1
-
-    def _read_stream_group(self, group: GroupState) -> None:
-        group.stream(self.link.raw(READS_PER_WAKE), self.core if self.serving else None)
 
     def _numbered(self, channel: str, after_seq: int, count: int) -> list[Event]:
         """The first ``count`` events of ``channel`` above ``after_seq`` that it numbers:
@@ -571,9 +570,8 @@ class PpppDoor(SocketThread):
                 group.sent(changes, len(events))
                 if refused:
                     group.answered(sum(len(chunk) for chunk, _ in refused), True, self.core)
-        hold = group.hold(self.core if self.serving else None)
-        if hold != self._group_held:
-            self._group_held = hold
+        hold = group.new_hold(self.core if self.serving else None)
+        if hold is not None:
             self.hold(hold)
 
     def _log_refusals(self, now: float) -> None:

@@ -95,6 +95,7 @@ class GroupState:
         self.checkpoints = {name: (c, s) for name, c, s in self.store.channels()}
         self.behind = True  # read the log from ``applied`` before taking the stream
         self.serving = 0  # the epoch this door serves PPPP in (0: it does not)
+        self.held: int | None = None  # the retention hold last handed out
         self.promoting: tuple[int, int] | None = None  # (epoch, log end to fold in first)
         self.in_flight: Changes | None = None
         self._answers_due = 0
@@ -132,33 +133,33 @@ class GroupState:
 
     def skipped(self, first: int, count: int) -> None:
         """A stream batch with no state event in it."""
-        self._advance(first, first + count - 1)
+        if self._follows(first, first + count - 1):
+            self.applied = first + count - 1
 
     def rows(self, first: int, rows: Sequence[Sequence[Any]]) -> None:
         """A decoded stream batch (rows as the stream carries them)."""
-        start = self.applied + 1
-        if not self._advance(first, first + len(rows) - 1, fold=False):
+        last = first + len(rows) - 1
+        if not self._follows(first, last):
             return
-        for offset in range(max(0, start - first), len(rows)):
+        for offset in range(self.applied + 1 - first, len(rows)):
             row = rows[offset]
             if row[0] == STATE_TOPIC:
                 self._fold(first + offset, row[1], row[4])
-        self.applied = max(self.applied, first + len(rows) - 1)
+        self.applied = last
 
     def heard(self, last: int) -> None:
         """A stream heartbeat: the log's last sequence is ``last``."""
         if last > self.applied and not self.behind:
             self.behind = True  # events came that the door did not see
 
-    def _advance(self, first: int, last: int, *, fold: bool = True) -> bool:
-        """True when the batch ``first..last`` follows what is folded in."""
+    def _follows(self, first: int, last: int) -> bool:
+        """True when the batch ``first..last`` brings what follows :attr:`applied`; a
+        batch past it leaves a gap, to be read from the log."""
         if self.behind or last <= self.applied:
             return False
         if first > self.applied + 1:
             self.behind = True
             return False
-        if fold:
-            self.applied = last
         return True
 
     def _fold(self, seq: int, producer: str, data: bytes) -> None:
@@ -216,15 +217,19 @@ class GroupState:
                     core.settle_position(identity, name, acked)
         return delta
 
-    def hold(self, core: PpppCore | None) -> int:
-        """What retention must keep: every state event not folded in, every stored
-        checkpoint and, while serving, every checkpoint of the core."""
+    def new_hold(self, core: PpppCore | None) -> int | None:
+        """What retention must keep now, when that changed since the last call: every
+        state event not folded in, every stored checkpoint and, while serving, every
+        checkpoint of the core."""
         lowest = min(self.checkpoints.values(), key=lambda c: c[1], default=None)
         hold = self.applied if lowest is None else min(self.applied, lowest[1])
         if core is not None:
             held = core.channels.lowest_checkpoint()
             if held is not None:
                 hold = min(hold, held)
+        if hold == self.held:
+            return None
+        self.held = hold
         return hold
 
     # ------------------------------------------------------------ publishing
